@@ -1,0 +1,66 @@
+// The driver's handle on one host's elasticrund.
+//
+// DaemonLink turns the daemon's byte stream into events; subclasses own the
+// transport: a local child process on pipes (LocalDaemon, here), an SSH channel or a
+// TCP connection to a systemd daemon (later). Closing the link makes the daemon
+// kill its workers and exit.
+#pragma once
+
+#include "common/frame.h"
+#include "common/messages.h"
+#include "common/result.h"
+
+#include <boost/asio/io_context.hpp>
+
+#include <functional>
+#include <memory>
+#include <string>
+
+namespace elasticrun::cmd {
+
+struct DaemonEvents {
+  std::function<void(const std::string& host, const msg::Started&)> on_started;
+  std::function<void(const std::string& host, const msg::Output&)> on_output;
+  std::function<void(const std::string& host, const msg::Exited&)> on_exited;
+  std::function<void(const std::string& host, const msg::SpawnFailed&)> on_spawn_failed;
+  // The link ended: after a shutdown (clean = true), or unexpectedly with a reason.
+  std::function<void(const std::string& host, bool clean, const std::string& why)> on_closed;
+};
+
+class DaemonLink {
+ public:
+  DaemonLink(std::string host, DaemonEvents ev) : host_(std::move(host)), ev_(std::move(ev)) {}
+  virtual ~DaemonLink() = default;
+  const std::string& host() const { return host_; }
+  template <class M>
+  void send(const M& m) {
+    send_frame(msg::to_frame(m));
+  }
+  virtual void send_frame(const Frame& f) = 0;
+  // Asks the daemon to stop its workers (SIGTERM, SIGKILL after `grace`) and exit.
+  void shutdown(std::chrono::milliseconds grace);
+  // Ends the link at once; the daemon notices and kills its workers.
+  virtual void close() = 0;
+  bool closed() const { return closed_; }
+
+ protected:
+  // Feed bytes read from the daemon. Returns false (and reports) on a bad stream.
+  bool on_bytes(std::span<const std::uint8_t> data);
+  void report_closed(const std::string& why);
+  bool shutting_down_ = false;
+
+ private:
+  void dispatch(const Frame& f);
+  std::string host_;
+  DaemonEvents ev_;
+  FrameParser parser_;
+  bool ready_ = false;
+  bool closed_ = false;
+};
+
+// Starts `daemon_path --stdio` as a child of this process for host `host`.
+Result<std::unique_ptr<DaemonLink>> launch_local_daemon(boost::asio::io_context& io, const std::string& host,
+                                                        const std::string& daemon_path,
+                                                        const std::string& log_level, DaemonEvents ev);
+
+}  // namespace elasticrun::cmd

@@ -1,0 +1,30 @@
+// elasticrun: start a data-parallel job and see it through.
+#include "cmd/exit_codes.h"
+#include "cmd/job.h"
+#include "cmd/options.h"
+#include "common/log.h"
+
+#include <csignal>
+#include <cstdio>
+#include <fmt/format.h>
+
+int main(int argc, char** argv) {
+  std::signal(SIGPIPE, SIG_IGN);
+  using namespace elasticrun;
+  log::set_program("elasticrun");
+  auto parsed = cmd::parse_options(argc, argv);
+  if (!parsed) {
+    fmt::print(stderr, "elasticrun: {}\nTry 'elasticrun --help' for more information.\n", parsed.error());
+    return cmd::exit_code::kUsage;
+  }
+  if (!parsed->options) {
+    fmt::print("{}", parsed->print);
+    return 0;
+  }
+  if (!parsed->options->log_level.empty() && !log::configure(parsed->options->log_level)) {
+    fmt::print(stderr, "elasticrun: bad --log-level '{}'\n", parsed->options->log_level);
+    return cmd::exit_code::kUsage;
+  }
+  cmd::Job job(std::move(*parsed->options));
+  return job.run();
+}

@@ -1,0 +1,154 @@
+#include "cmd/options.h"
+
+#include <boost/program_options.hpp>
+#include <fmt/format.h>
+
+#include <cstdlib>
+#include <sstream>
+
+namespace elasticrun::cmd {
+namespace {
+
+namespace po = boost::program_options;
+
+po::options_description describe() {
+  po::options_description d("options");
+  d.add_options()
+      ("help,h", "print this help and exit")
+      ("version", "print the version and exit")
+      ("np", po::value<int>(), "number of worker processes (default: every slot offered)")
+      ("hosts,H", po::value<std::string>(), "hosts as host:slots,host:slots,... (default: localhost:NP)")
+      ("hostfile", po::value<std::string>(), "file of hosts, one per line: 'host slots=N'")
+      ("slots-per-host", po::value<int>()->default_value(1), "slots of a host listed without a count")
+      ("output-filename", po::value<std::string>(), "also write each rank's output to DIR/rank.N/{stdout,stderr}")
+      ("start-timeout", po::value<double>()->default_value(60), "seconds for every worker to start and join")
+      ("daemon-path", po::value<std::string>(), "path of elasticrund (default: beside elasticrun, then PATH)")
+      ("env,x", po::value<std::vector<std::string>>(), "pass VAR (from this environment) or VAR=VALUE to the workers; repeatable")
+      ("log-level", po::value<std::string>(), "error|warn|info|debug, or per component: warn,rendezvous=debug")
+      ("verbose,v", "same as --log-level info");
+  return d;
+}
+
+// Index of the first argument that is the user's command: the first word that is not
+// an option or an option's value, or the one after "--". Everything from there on
+// passes through untouched, so the program's own flags never reach our parser.
+Result<std::size_t> find_command(const po::options_description& d, int argc, const char* const* argv,
+                                 bool& dashdash) {
+  dashdash = false;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--") {
+      dashdash = true;
+      return static_cast<std::size_t>(i);
+    }
+    if (a.size() < 2 || a[0] != '-') return static_cast<std::size_t>(i);
+    bool is_long = a[1] == '-';
+    std::string name = a.substr(is_long ? 2 : 1);
+    bool inline_value = false;
+    if (auto eq = name.find('='); eq != std::string::npos) {
+      name = name.substr(0, eq);
+      inline_value = true;
+    }
+    // mpirun-style single-dash long options (-np) are accepted as long ones.
+    const po::option_description* o = is_long || name.size() > 1 ? d.find_nothrow(name, false, false, false)
+                                                                  : nullptr;
+    if (!o && !is_long) {
+      // program_options keys short options with their dash ("-H").
+      o = d.find_nothrow("-" + name.substr(0, 1), false, false, false);
+      if (o && name.size() > 1) inline_value = true;  // -H<value> / -xVAR
+    }
+    if (!o) return fail(fmt::format("unknown option '{}'", a));
+    if (o->semantic()->max_tokens() > 0 && !inline_value) ++i;
+  }
+  return static_cast<std::size_t>(argc);
+}
+
+}  // namespace
+
+std::string usage() {
+  std::ostringstream s;
+  s << "usage: elasticrun [options] [--] command [args...]\n\n" << describe();
+  return s.str();
+}
+
+Result<ParseOutcome> parse_options(int argc, const char* const* argv) {
+  auto desc = describe();
+  bool dashdash = false;
+  auto cmd_at = find_command(desc, argc, argv, dashdash);
+  if (!cmd_at) return Failure{cmd_at.error()};
+  // Rewrite "-np" to "--np" so program_options sees a long option.
+  std::vector<std::string> head;
+  for (std::size_t i = 1; i < *cmd_at; ++i) {
+    std::string a = argv[i];
+    if (a == "-np" || a.rfind("-np=", 0) == 0) a = "-" + a;
+    head.push_back(a);
+  }
+  po::variables_map vm;
+  try {
+    po::store(po::command_line_parser(head)
+                  .options(desc)
+                  .style(po::command_line_style::unix_style ^ po::command_line_style::allow_guessing)
+                  .run(),
+              vm);
+    po::notify(vm);
+  } catch (const po::error& e) {
+    return fail(e.what());
+  }
+  ParseOutcome out;
+  if (vm.count("help")) {
+    out.print = usage();
+    return out;
+  }
+  if (vm.count("version")) {
+    out.print = std::string("elasticrun ") + ELASTICRUN_VERSION + "\n";
+    return out;
+  }
+  Options o;
+  for (std::size_t i = *cmd_at + (dashdash ? 1 : 0); i < static_cast<std::size_t>(argc); ++i)
+    o.command.emplace_back(argv[i]);
+  if (o.command.empty()) return fail("no command given");
+  o.slots_per_host = vm["slots-per-host"].as<int>();
+  if (o.slots_per_host < 1 || o.slots_per_host > discovery::kMaxSlotsPerHost)
+    return fail(fmt::format("--slots-per-host {} out of range 1..{}", o.slots_per_host, discovery::kMaxSlotsPerHost));
+  if (vm.count("np")) {
+    o.np = vm["np"].as<int>();
+    if (o.np < 1) return fail(fmt::format("-np {}: need at least one process", o.np));
+  }
+  if (vm.count("hosts") && vm.count("hostfile")) return fail("give -H or --hostfile, not both");
+  if (vm.count("hosts")) {
+    auto h = discovery::parse_host_list(vm["hosts"].as<std::string>(), o.slots_per_host);
+    if (!h) return fail("-H: " + h.error());
+    o.hosts = std::move(*h);
+  } else if (vm.count("hostfile")) {
+    auto h = discovery::read_hostfile(vm["hostfile"].as<std::string>(), o.slots_per_host);
+    if (!h) return Failure{h.error()};
+    o.hosts = std::move(*h);
+  } else {
+    o.hosts = {{"localhost", o.np > 0 ? o.np : 1}};
+  }
+  int offered = 0;
+  for (const auto& h : o.hosts) offered += h.slots;
+  if (o.np == 0) o.np = offered;
+  if (o.np > offered)
+    return fail(fmt::format("-np {} but the hosts offer only {} slots", o.np, offered));
+  double st = vm["start-timeout"].as<double>();
+  if (!(st > 0 && st < 1e6)) return fail("--start-timeout must be a positive number of seconds");
+  o.start_timeout = std::chrono::milliseconds(static_cast<long long>(st * 1000));
+  if (vm.count("output-filename")) o.output_dir = vm["output-filename"].as<std::string>();
+  if (vm.count("daemon-path")) o.daemon_path = vm["daemon-path"].as<std::string>();
+  if (vm.count("verbose")) o.log_level = "info";
+  if (vm.count("log-level")) o.log_level = vm["log-level"].as<std::string>();
+  if (vm.count("env")) {
+    for (const auto& v : vm["env"].as<std::vector<std::string>>()) {
+      if (v.empty() || v[0] == '=') return fail(fmt::format("-x '{}': expected VAR or VAR=VALUE", v));
+      if (v.find('=') != std::string::npos) {
+        o.env.push_back(v);
+      } else if (const char* val = std::getenv(v.c_str())) {
+        o.env.push_back(v + "=" + val);
+      }
+    }
+  }
+  return out.options = std::move(o), out;
+}
+
+}  // namespace elasticrun::cmd

@@ -1,0 +1,36 @@
+// elasticrun's command line. Each flag is declared once (options.cc) with its default
+// and help; `--help` and man/elasticrun.1 describe the same set.
+#pragma once
+
+#include "common/result.h"
+#include "discovery/hosts.h"
+
+#include <chrono>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace elasticrun::cmd {
+
+struct Options {
+  int np = 0;  // 0: every slot offered
+  std::vector<discovery::Host> hosts;
+  int slots_per_host = 1;
+  std::string output_dir;
+  std::string log_level;
+  std::string daemon_path;
+  std::vector<std::string> env;  // KEY=VALUE for the workers
+  std::chrono::milliseconds start_timeout{60000};
+  std::vector<std::string> command;
+};
+
+// What parse() decided: run a job, or print something and exit.
+struct ParseOutcome {
+  std::optional<Options> options;
+  std::string print;  // help or version text, printed to stdout with exit 0
+};
+
+Result<ParseOutcome> parse_options(int argc, const char* const* argv);
+std::string usage();
+
+}  // namespace elasticrun::cmd

@@ -1,0 +1,64 @@
+/* libelasticrun C API: the same collectives as elasticrun.hpp, for other languages.
+ *
+ * Every function returns ER_OK or an error code; er_last_error() then describes
+ * the failure (per thread, valid until the next call on that thread). No C++
+ * exception ever crosses this interface. Topology getters return -1 before er_init().
+ *
+ *   if (er_init() != ER_OK) { fprintf(stderr, "%s\n", er_last_error()); return 1; }
+ *   er_allreduce(grad, grad, n, ER_F32, ER_AVG);    // in place
+ *   er_shutdown();
+ */
+#ifndef ELASTICRUN_H
+#define ELASTICRUN_H
+
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Return codes. */
+enum {
+  ER_OK = 0,
+  ER_WORKERS_FAILED = 1, /* a peer died or the epoch was aborted: restore and re-join */
+  ER_HOSTS_UPDATED = 2,  /* membership changed without failure: re-join, keep state */
+  ER_TIMEOUT = 3,        /* a wait passed its deadline */
+  ER_PROTOCOL = 4,       /* a peer or the server sent something malformed */
+  ER_ERROR = 5,          /* anything else (transport set-up, internal) */
+  ER_INVALID = 6         /* bad argument, or not initialised */
+};
+
+/* Element types; values match elasticrun::DataType. */
+typedef enum { ER_F16 = 0, ER_BF16, ER_F32, ER_F64, ER_I8, ER_U8, ER_I32, ER_I64 } er_datatype;
+/* Reduction operators; values match elasticrun::ReduceOp. */
+typedef enum { ER_SUM = 0, ER_AVG, ER_MIN, ER_MAX, ER_PROD } er_op;
+
+int er_init(void);
+int er_shutdown(void);
+const char* er_last_error(void);
+
+int er_rank(void);
+int er_size(void);
+int er_local_rank(void);
+int er_local_size(void);
+int er_cross_rank(void);
+int er_cross_size(void);
+
+/* `count` is in elements. Passing the same pointer as in and out works in place. */
+int er_allreduce(const void* in, void* out, size_t count, er_datatype type, er_op op);
+int er_broadcast(void* buf, size_t count, er_datatype type, int root);
+/* out holds er_size()*count elements. */
+int er_allgather(const void* in, void* out, size_t count, er_datatype type);
+/* counts has er_size() entries; out holds their sum, packed in rank order. */
+int er_allgatherv(const void* in, void* out, const size_t* counts, er_datatype type);
+/* in holds er_size()*count elements; out receives this rank's reduced block of count. */
+int er_reduce_scatter(const void* in, void* out, size_t count, er_datatype type, er_op op);
+/* in and out hold er_size()*count elements; block j of in goes to rank j. */
+int er_alltoall(const void* in, void* out, size_t count, er_datatype type);
+int er_barrier(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* ELASTICRUN_H */

@@ -1,0 +1,128 @@
+// libelasticrun: the library training processes link.
+//
+//   elasticrun::init();                       // join the job (reads ELASTICRUN_* from the daemon)
+//   std::vector<float> grad = ...;
+//   elasticrun::allreduce(std::span(grad), elasticrun::ReduceOp::avg);
+//   elasticrun::shutdown();
+//
+// Every call blocks until it completes, fails with a typed error (types.hpp), or
+// passes its deadline (ELASTICRUN_COLLECTIVE_TIMEOUT, default 300 s). Buffers are
+// host memory. "In place" means the same span is passed as input and output.
+//
+// The free functions act on one process-wide Context made by init() and destroyed
+// by shutdown(); a program that wants several, or explicit lifetimes, uses Context.
+#pragma once
+
+#include <elasticrun/types.hpp>
+
+#include <cstddef>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace elasticrun {
+
+class Communicator;
+
+// Where this process sits in the job.
+struct Topology {
+  int rank = 0, size = 1;
+  int local_rank = 0, local_size = 1;
+  int cross_rank = 0, cross_size = 1;
+  std::uint64_t epoch = 0;
+  std::string host;
+};
+
+class Context {
+ public:
+  // Joins the job described by the ELASTICRUN_* environment the daemon set.
+  static std::unique_ptr<Context> from_environment();
+  explicit Context(std::unique_ptr<Communicator> comm);
+  ~Context();
+  Context(const Context&) = delete;
+  Context& operator=(const Context&) = delete;
+
+  const Topology& topology() const;
+  Communicator& comm();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Type-erased collectives over raw buffers; the span overloads below forward here.
+// `count` is in elements. Buffers may alias exactly (in place) but not partially.
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+
+  virtual void allreduce(const void* in, void* out, std::size_t count, DataType t, ReduceOp op) = 0;
+  virtual void broadcast(void* buf, std::size_t count, DataType t, int root) = 0;
+  // out holds size()*count elements; rank r's input lands at [r*count, (r+1)*count).
+  virtual void allgather(const void* in, void* out, std::size_t count, DataType t) = 0;
+  // counts[r] elements from rank r, packed in rank order into out.
+  virtual void allgatherv(const void* in, void* out, std::span<const std::size_t> counts,
+                          DataType t) = 0;
+  // in holds size()*count elements; out receives the reduced block at index rank().
+  virtual void reduce_scatter(const void* in, void* out, std::size_t count, DataType t,
+                              ReduceOp op) = 0;
+  // in and out hold size()*count elements; block j of in goes to rank j.
+  virtual void alltoall(const void* in, void* out, std::size_t count, DataType t) = 0;
+  virtual void barrier() = 0;
+};
+
+// ---- process-wide convenience API ----
+
+void init();
+void shutdown();
+bool initialized();
+Context& context();
+
+int rank();
+int size();
+int local_rank();
+int local_size();
+int cross_rank();
+int cross_size();
+
+template <class T>
+void allreduce(std::span<const T> in, std::span<T> out, ReduceOp op = ReduceOp::sum) {
+  if (in.size() != out.size()) throw Error("allreduce: input and output sizes differ");
+  context().comm().allreduce(in.data(), out.data(), in.size(), dtype_of_v<T>, op);
+}
+template <class T>
+void allreduce(std::span<T> inout, ReduceOp op = ReduceOp::sum) {
+  context().comm().allreduce(inout.data(), inout.data(), inout.size(), dtype_of_v<T>, op);
+}
+template <class T>
+void broadcast(std::span<T> buf, int root = 0) {
+  context().comm().broadcast(buf.data(), buf.size(), dtype_of_v<T>, root);
+}
+template <class T>
+void allgather(std::span<const T> in, std::span<T> out) {
+  if (out.size() != in.size() * static_cast<std::size_t>(size()))
+    throw Error("allgather: output must hold size() * input elements");
+  context().comm().allgather(in.data(), out.data(), in.size(), dtype_of_v<T>);
+}
+template <class T>
+void allgatherv(std::span<const T> in, std::span<T> out, std::span<const std::size_t> counts) {
+  context().comm().allgatherv(in.data(), out.data(), counts, dtype_of_v<T>);
+}
+template <class T>
+void reduce_scatter(std::span<const T> in, std::span<T> out, ReduceOp op = ReduceOp::sum) {
+  if (in.size() != out.size() * static_cast<std::size_t>(size()))
+    throw Error("reduce_scatter: input must hold size() * output elements");
+  context().comm().reduce_scatter(in.data(), out.data(), out.size(), dtype_of_v<T>, op);
+}
+template <class T>
+void alltoall(std::span<const T> in, std::span<T> out) {
+  if (in.size() != out.size() || in.size() % static_cast<std::size_t>(size()) != 0)
+    throw Error("alltoall: input and output must hold size() * count elements");
+  context().comm().alltoall(in.data(), out.data(), in.size() / size(), dtype_of_v<T>);
+}
+inline void barrier() { context().comm().barrier(); }
+
+}  // namespace elasticrun

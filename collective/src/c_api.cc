@@ -1,0 +1,125 @@
+// The C API: forwards to the C++ free functions and turns exceptions into codes.
+#include <elasticrun/elasticrun.h>
+#include <elasticrun/elasticrun.hpp>
+
+#include <exception>
+#include <span>
+#include <string>
+
+namespace {
+
+// Per-thread, like errno: the C convention for "why did my last call fail".
+thread_local std::string t_last_error;
+
+int fail(int code, const char* what) {
+  t_last_error = what;
+  return code;
+}
+
+// Runs `f`, mapping each typed error of types.hpp to its code.
+template <class F>
+int guarded(F&& f) {
+  try {
+    f();
+    t_last_error.clear();
+    return ER_OK;
+  } catch (const elasticrun::WorkersFailed& e) {
+    return fail(ER_WORKERS_FAILED, e.what());
+  } catch (const elasticrun::HostsUpdated& e) {
+    return fail(ER_HOSTS_UPDATED, e.what());
+  } catch (const elasticrun::TimeoutError& e) {
+    return fail(ER_TIMEOUT, e.what());
+  } catch (const elasticrun::ProtocolError& e) {
+    return fail(ER_PROTOCOL, e.what());
+  } catch (const std::exception& e) {
+    return fail(ER_ERROR, e.what());
+  } catch (...) {
+    return fail(ER_ERROR, "unknown error");
+  }
+}
+
+bool valid_type(er_datatype t) { return t >= ER_F16 && t <= ER_I64; }
+bool valid_op(er_op op) { return op >= ER_SUM && op <= ER_PROD; }
+
+// Common precondition of every collective.
+int precheck(er_datatype t) {
+  if (!elasticrun::initialized()) return fail(ER_INVALID, "elasticrun is not initialised (call er_init)");
+  if (!valid_type(t)) return fail(ER_INVALID, "invalid data type");
+  return ER_OK;
+}
+
+elasticrun::Communicator& comm() { return elasticrun::context().comm(); }
+elasticrun::DataType dt(er_datatype t) { return static_cast<elasticrun::DataType>(t); }
+elasticrun::ReduceOp rop(er_op op) { return static_cast<elasticrun::ReduceOp>(op); }
+
+template <class F>
+int topo(F&& f) {
+  if (!elasticrun::initialized()) {
+    fail(ER_INVALID, "elasticrun is not initialised (call er_init)");
+    return -1;
+  }
+  try {
+    return f();
+  } catch (const std::exception& e) {
+    fail(ER_ERROR, e.what());
+    return -1;
+  }
+}
+
+}  // namespace
+
+extern "C" {
+
+int er_init(void) { return guarded([] { elasticrun::init(); }); }
+int er_shutdown(void) { return guarded([] { elasticrun::shutdown(); }); }
+const char* er_last_error(void) { return t_last_error.c_str(); }
+
+int er_rank(void) { return topo([] { return elasticrun::rank(); }); }
+int er_size(void) { return topo([] { return elasticrun::size(); }); }
+int er_local_rank(void) { return topo([] { return elasticrun::local_rank(); }); }
+int er_local_size(void) { return topo([] { return elasticrun::local_size(); }); }
+int er_cross_rank(void) { return topo([] { return elasticrun::cross_rank(); }); }
+int er_cross_size(void) { return topo([] { return elasticrun::cross_size(); }); }
+
+int er_allreduce(const void* in, void* out, size_t count, er_datatype type, er_op op) {
+  if (int rc = precheck(type)) return rc;
+  if (!valid_op(op)) return fail(ER_INVALID, "invalid reduce op");
+  return guarded([&] { comm().allreduce(in, out, count, dt(type), rop(op)); });
+}
+
+int er_broadcast(void* buf, size_t count, er_datatype type, int root) {
+  if (int rc = precheck(type)) return rc;
+  return guarded([&] { comm().broadcast(buf, count, dt(type), root); });
+}
+
+int er_allgather(const void* in, void* out, size_t count, er_datatype type) {
+  if (int rc = precheck(type)) return rc;
+  return guarded([&] { comm().allgather(in, out, count, dt(type)); });
+}
+
+int er_allgatherv(const void* in, void* out, const size_t* counts, er_datatype type) {
+  if (int rc = precheck(type)) return rc;
+  if (!counts) return fail(ER_INVALID, "allgatherv: counts is null");
+  return guarded([&] {
+    std::span<const std::size_t> c(counts, static_cast<std::size_t>(comm().size()));
+    comm().allgatherv(in, out, c, dt(type));
+  });
+}
+
+int er_reduce_scatter(const void* in, void* out, size_t count, er_datatype type, er_op op) {
+  if (int rc = precheck(type)) return rc;
+  if (!valid_op(op)) return fail(ER_INVALID, "invalid reduce op");
+  return guarded([&] { comm().reduce_scatter(in, out, count, dt(type), rop(op)); });
+}
+
+int er_alltoall(const void* in, void* out, size_t count, er_datatype type) {
+  if (int rc = precheck(type)) return rc;
+  return guarded([&] { comm().alltoall(in, out, count, dt(type)); });
+}
+
+int er_barrier(void) {
+  if (!elasticrun::initialized()) return fail(ER_INVALID, "elasticrun is not initialised (call er_init)");
+  return guarded([] { comm().barrier(); });
+}
+
+}  // extern "C"

@@ -1,0 +1,131 @@
+// Context: one worker's membership in the job, and the process-wide default.
+#include "rendezvous_client.h"
+#include "ucx_communicator.h"
+
+#include "common/env.h"
+
+#include <elasticrun/elasticrun.hpp>
+
+#include <cstdlib>
+#include <mutex>
+
+namespace elasticrun {
+
+struct Context::Impl {
+  Topology topo;
+  std::shared_ptr<collective::RendezvousClient> client;  // null for a standalone communicator
+  std::unique_ptr<Communicator> comm;
+};
+
+namespace {
+
+std::string required_env(const char* name) {
+  const char* v = std::getenv(name);
+  if (!v || !*v)
+    throw Error(std::string(name) + " is not set: run this program under elasticrun (elasticrun -np N " +
+                "program ...)");
+  return v;
+}
+
+long long int_env(const char* name) {
+  std::string v = required_env(name);
+  char* end = nullptr;
+  long long n = std::strtoll(v.c_str(), &end, 10);
+  if (*end != '\0' || n < 0) throw Error(std::string(name) + "='" + v + "' is not a non-negative integer");
+  return n;
+}
+
+std::chrono::milliseconds collective_timeout() {
+  const char* v = std::getenv(env::kCollectiveTimeout);
+  if (!v || !*v) return std::chrono::seconds(300);
+  char* end = nullptr;
+  double s = std::strtod(v, &end);
+  if (*end != '\0' || !(s > 0)) throw Error(std::string(env::kCollectiveTimeout) + "='" + v + "' is not a positive number of seconds");
+  return std::chrono::milliseconds(static_cast<long long>(s * 1000));
+}
+
+// The process-wide default context of init()/shutdown().
+struct Default {
+  std::mutex mu;
+  std::unique_ptr<Context> ctx;
+};
+Default& default_context() {
+  static Default d;
+  return d;
+}
+
+}  // namespace
+
+std::unique_ptr<Context> Context::from_environment() {
+  auto secret = auth::secret_from_hex(required_env(env::kSecret));
+  if (!secret) throw Error(std::string(env::kSecret) + ": " + secret.error());
+  std::string host = required_env(env::kHost);
+  int slot = static_cast<int>(int_env(env::kSlot));
+  auto epoch = static_cast<std::uint64_t>(int_env(env::kEpoch));
+  auto timeout = collective_timeout();
+  auto deadline = collective::Clock::now() + std::min(timeout, std::chrono::milliseconds(60000));
+  auto client = std::make_shared<collective::RendezvousClient>(required_env(env::kRendezvousAddr), *secret, host,
+                                                               slot, epoch, deadline);
+  const msg::JoinOk& j = client->joined();
+  collective::CommConfig cfg;
+  cfg.rank = j.rank;
+  cfg.size = j.size;
+  cfg.local_size = j.local_size;
+  cfg.scope = "e" + std::to_string(j.epoch) + "/";
+  cfg.timeout = timeout;
+  auto comm = collective::make_ucx_communicator(cfg, client, client->abort_signal());
+  auto ctx = std::make_unique<Context>(std::move(comm));
+  ctx->impl_->client = std::move(client);
+  ctx->impl_->topo = Topology{j.rank, j.size, j.local_rank, j.local_size, j.cross_rank, j.cross_size, j.epoch, host};
+  return ctx;
+}
+
+Context::Context(std::unique_ptr<Communicator> comm) : impl_(std::make_unique<Impl>()) {
+  impl_->topo.rank = comm->rank();
+  impl_->topo.size = comm->size();
+  impl_->comm = std::move(comm);
+}
+
+Context::~Context() {
+  if (!impl_) return;
+  impl_->comm.reset();  // tear the transport down before the control connection
+  if (impl_->client) impl_->client->leave();
+}
+
+const Topology& Context::topology() const { return impl_->topo; }
+Communicator& Context::comm() { return *impl_->comm; }
+
+void init() {
+  auto& d = default_context();
+  std::lock_guard lock(d.mu);
+  if (d.ctx) return;
+  d.ctx = Context::from_environment();
+}
+
+void shutdown() {
+  auto& d = default_context();
+  std::lock_guard lock(d.mu);
+  d.ctx.reset();
+}
+
+bool initialized() {
+  auto& d = default_context();
+  std::lock_guard lock(d.mu);
+  return d.ctx != nullptr;
+}
+
+Context& context() {
+  auto& d = default_context();
+  std::lock_guard lock(d.mu);
+  if (!d.ctx) throw Error("elasticrun::init() has not been called");
+  return *d.ctx;
+}
+
+int rank() { return context().topology().rank; }
+int size() { return context().topology().size; }
+int local_rank() { return context().topology().local_rank; }
+int local_size() { return context().topology().local_size; }
+int cross_rank() { return context().topology().cross_rank; }
+int cross_size() { return context().topology().cross_size; }
+
+}  // namespace elasticrun

@@ -1,0 +1,176 @@
+#include "ucx_communicator.h"
+
+#include "algorithms.h"
+#include "reduce.h"
+#include "ucx_transport.h"
+
+#include <common/env.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+namespace elasticrun::collective {
+namespace {
+
+std::string env_or(const char* name, const char* fallback) {
+  const char* v = std::getenv(name);
+  return v && *v ? v : fallback;
+}
+
+class UcxCommunicator final : public elasticrun::Communicator {
+ public:
+  UcxCommunicator(const CommConfig& cfg, std::shared_ptr<Store> store, std::shared_ptr<AbortSignal> abort)
+      : cfg_(cfg), abort_(abort) {
+    UcxTransport::Options o;
+    o.rank = cfg.rank;
+    o.size = cfg.size;
+    o.local_size = cfg.local_size > 0 ? cfg.local_size : cfg.size;
+    o.scope = cfg.scope;
+    o.blocking = resolve_progress(cfg) == Progress::block;
+    o.timeout = cfg.timeout;
+    tp_ = std::make_unique<UcxTransport>(o, std::move(store), std::move(abort));
+  }
+
+  int rank() const override { return cfg_.rank; }
+  int size() const override { return cfg_.size; }
+
+  void allreduce(const void* in, void* out, std::size_t count, DataType t, ReduceOp op) override {
+    std::size_t bytes = count * size_of(t);
+    check_buffers("allreduce", in, out, bytes);
+    run("allreduce", [&](Step& st) {
+      if (cfg_.size == 1) {
+        if (in != out) std::memcpy(out, in, bytes);
+      } else if (use_rd(bytes, count)) {
+        allreduce_rd(st, in, out, count, t, op);
+      } else {
+        allreduce_ring(st, in, out, count, t, op);
+      }
+    });
+  }
+
+  void broadcast(void* buf, std::size_t count, DataType t, int root) override {
+    std::size_t bytes = count * size_of(t);
+    if (root < 0 || root >= cfg_.size) throw Error("broadcast: root " + std::to_string(root) + " out of range");
+    check_buffers("broadcast", buf, buf, bytes);
+    run("broadcast", [&](Step& st) {
+      if (cfg_.size == 1 || bytes == 0) return;
+      if (bytes >= cfg_.chain_min_bytes && cfg_.size > 2) broadcast_chain(st, buf, bytes, root);
+      else broadcast_binomial(st, buf, bytes, root);
+    });
+  }
+
+  void allgather(const void* in, void* out, std::size_t count, DataType t) override {
+    std::vector<std::size_t> counts(cfg_.size, count);
+    allgatherv(in, out, counts, t);
+  }
+
+  void allgatherv(const void* in, void* out, std::span<const std::size_t> counts, DataType t) override {
+    if (counts.size() != static_cast<std::size_t>(cfg_.size))
+      throw Error("allgatherv: counts must have size() entries");
+    std::size_t total = 0;
+    for (std::size_t c : counts) total += c;
+    std::size_t elem = size_of(t);
+    check_buffers("allgatherv", counts[cfg_.rank] ? in : out, out, total * elem);
+    run("allgatherv", [&](Step& st) {
+      if (total == 0) return;
+      allgatherv_ring(st, in, out, counts, elem);
+    });
+  }
+
+  void reduce_scatter(const void* in, void* out, std::size_t count, DataType t, ReduceOp op) override {
+    std::size_t bytes = count * size_of(t);
+    check_buffers("reduce_scatter", in, out, bytes);
+    run("reduce_scatter", [&](Step& st) {
+      if (cfg_.size == 1) {
+        if (in != out) std::memcpy(out, in, bytes);
+      } else if (bytes > 0) {
+        reduce_scatter_ring(st, in, out, count, t, op);
+      }
+    });
+  }
+
+  void alltoall(const void* in, void* out, std::size_t count, DataType t) override {
+    std::size_t bytes = count * size_of(t);
+    check_buffers("alltoall", in, out, bytes);
+    run("alltoall", [&](Step& st) {
+      if (bytes > 0) alltoall_pairwise(st, in, out, bytes);
+    });
+  }
+
+  void barrier() override {
+    run("barrier", [&](Step& st) { barrier_dissemination(st); });
+  }
+
+ private:
+  static void check_buffers(const char* what, const void* in, const void* out, std::size_t bytes) {
+    if (bytes > 0 && (!in || !out)) throw Error(std::string(what) + ": null buffer");
+  }
+
+  bool use_rd(std::size_t bytes, std::size_t count) const {
+    Algorithm a = cfg_.algorithm ? *cfg_.algorithm
+                                 : parse_algorithm(env_or(env::kAlgorithm, "auto"), env::kAlgorithm);
+    if (a == Algorithm::automatic) return bytes <= cfg_.rd_max_bytes || count < static_cast<std::size_t>(cfg_.size);
+    return a == Algorithm::rd;
+  }
+
+  // Runs one collective with a fresh deadline and tag sequence. A failure leaves
+  // peers at unknown points, so the communicator refuses further use afterwards:
+  // the caller rebuilds it for the next epoch.
+  template <class F>
+  void run(const char* what, F&& body) {
+    abort_->check();
+    if (!broken_.empty()) throw Error(std::string(what) + ": communicator unusable after: " + broken_);
+    Step st{*tp_, Clock::now() + cfg_.timeout, seq_++, ws_, cfg_.segment_bytes, cfg_.window, what};
+    try {
+      body(st);
+    } catch (const std::exception& e) {
+      broken_ = e.what();
+      tp_->cancel_all();
+      throw;
+    }
+  }
+
+  CommConfig cfg_;
+  std::shared_ptr<AbortSignal> abort_;
+  std::unique_ptr<UcxTransport> tp_;
+  Workspace ws_;
+  std::uint64_t seq_ = 0;
+  std::string broken_;
+};
+
+}  // namespace
+
+Algorithm parse_algorithm(const std::string& s, const char* what) {
+  if (s == "auto") return Algorithm::automatic;
+  if (s == "ring") return Algorithm::ring;
+  if (s == "rd") return Algorithm::rd;
+  throw Error(std::string(what) + ": unknown algorithm '" + s + "' (expected auto, ring or rd)");
+}
+
+Progress parse_progress(const std::string& s, const char* what) {
+  if (s == "auto") return Progress::automatic;
+  if (s == "busy") return Progress::busy;
+  if (s == "block") return Progress::block;
+  throw Error(std::string(what) + ": unknown progress mode '" + s + "' (expected auto, busy or block)");
+}
+
+Progress resolve_progress(const CommConfig& cfg) {
+  Progress p = cfg.progress ? *cfg.progress : parse_progress(env_or(env::kProgress, "auto"), env::kProgress);
+  if (p != Progress::automatic) return p;
+  int local = cfg.local_size > 0 ? cfg.local_size : cfg.size;
+  unsigned cores = std::thread::hardware_concurrency();
+  // Spinning only pays when every local rank has a core to itself.
+  return cores != 0 && static_cast<unsigned>(local) <= cores ? Progress::busy : Progress::block;
+}
+
+std::unique_ptr<elasticrun::Communicator> make_ucx_communicator(const CommConfig& cfg, std::shared_ptr<Store> store,
+                                                               std::shared_ptr<AbortSignal> abort) {
+  if (cfg.size < 1 || cfg.rank < 0 || cfg.rank >= cfg.size)
+    throw Error("communicator: rank " + std::to_string(cfg.rank) + " of size " + std::to_string(cfg.size));
+  if (!store || !abort) throw Error("communicator: store and abort signal are required");
+  return std::make_unique<UcxCommunicator>(cfg, std::move(store), std::move(abort));
+}
+
+}  // namespace elasticrun::collective

@@ -1,0 +1,51 @@
+// The host-memory Communicator: UCX transport underneath, algorithms on top.
+//
+// Algorithm choice (allreduce): recursive doubling up to `rd_max_bytes` (or when
+// there are fewer elements than ranks), the pipelined ring above. ELASTICRUN_ALGORITHM=
+// ring|rd|auto forces it; it is read at every call unless CommConfig fixes it, so a
+// test program can switch algorithms without rebuilding the communicator.
+//
+// Progress: busy-polling when this host runs no more ranks than it has cores,
+// blocking on the UCX event fd otherwise; ELASTICRUN_PROGRESS=busy|block|auto forces it.
+#pragma once
+
+#include "abort_signal.h"
+#include "store.h"
+
+#include <elasticrun/elasticrun.hpp>
+
+#include <chrono>
+#include <cstddef>
+#include <memory>
+#include <optional>
+#include <string>
+
+namespace elasticrun::collective {
+
+enum class Algorithm { automatic, ring, rd };
+enum class Progress { automatic, busy, block };
+
+struct CommConfig {
+  int rank = 0, size = 1;
+  int local_size = 0;   // ranks sharing this host; 0 means unknown (assume all `size`)
+  std::string scope;    // Store key prefix unique to this epoch, e.g. "e3/"
+  std::chrono::milliseconds timeout{300000};  // per-collective deadline
+  // Unset: read from ELASTICRUN_ALGORITHM / ELASTICRUN_PROGRESS (default automatic).
+  std::optional<Algorithm> algorithm;
+  std::optional<Progress> progress;
+  std::size_t segment_bytes = 256 * 1024;  // pipeline chunk of the ring and chain
+  int window = 4;                          // receives posted ahead in pipelines
+  std::size_t rd_max_bytes = 32 * 1024;    // automatic allreduce: rd up to this size
+  std::size_t chain_min_bytes = 256 * 1024;  // automatic broadcast: chain from this size
+};
+
+// Parses "auto|ring|rd" and "auto|busy|block"; throws Error naming `what` otherwise.
+Algorithm parse_algorithm(const std::string& s, const char* what);
+Progress parse_progress(const std::string& s, const char* what);
+// The progress mode that `cfg` resolves to on this machine (env and oversubscription).
+Progress resolve_progress(const CommConfig& cfg);
+
+std::unique_ptr<elasticrun::Communicator> make_ucx_communicator(const CommConfig& cfg, std::shared_ptr<Store> store,
+                                                               std::shared_ptr<AbortSignal> abort);
+
+}  // namespace elasticrun::collective

@@ -1,0 +1,22 @@
+// Environment variables that cross process boundaries, declared once.
+// The daemon sets the worker ones; `elasticrun(1)` and `libelasticrun(3)` document them.
+#pragma once
+
+namespace elasticrun::env {
+
+// Set by elasticrund for every worker.
+inline constexpr const char* kRendezvousAddr = "ELASTICRUN_RENDEZVOUS_ADDR";  // host:port
+inline constexpr const char* kSecret = "ELASTICRUN_SECRET";                   // hex, 64 chars
+inline constexpr const char* kHost = "ELASTICRUN_HOST";    // the host's name as the driver knows it
+inline constexpr const char* kSlot = "ELASTICRUN_SLOT";    // slot index on that host
+inline constexpr const char* kEpoch = "ELASTICRUN_EPOCH";  // epoch the worker was started in
+inline constexpr const char* kRank = "ELASTICRUN_RANK";    // rank at start (informational)
+inline constexpr const char* kSize = "ELASTICRUN_SIZE";    // world size at start (informational)
+
+// Read by the collective library; the user may set them.
+inline constexpr const char* kAlgorithm = "ELASTICRUN_ALGORITHM";  // auto|ring|rd|...
+inline constexpr const char* kProgress = "ELASTICRUN_PROGRESS";    // auto|busy|block
+inline constexpr const char* kCollectiveTimeout = "ELASTICRUN_COLLECTIVE_TIMEOUT";  // seconds
+inline constexpr const char* kLogLevel = "ELASTICRUN_LOG_LEVEL";  // error|warn|info|debug
+
+}  // namespace elasticrun::env

@@ -1,0 +1,49 @@
+#include "common/messages.h"
+
+#include <fmt/format.h>
+
+namespace elasticrun::msg {
+
+Notify Notify::decode(wire::Decoder& d) {
+  Notify n;
+  std::uint8_t k = d.u8();
+  if (k < 1 || k > 3) throw wire::DecodeError(fmt::format("unknown notification kind {}", k));
+  n.kind = static_cast<NotifyKind>(k);
+  n.epoch = d.u64();
+  n.reason = d.str();
+  return n;
+}
+
+const char* type_name(std::uint8_t type) {
+  switch (type) {
+    case kHello: return "hello";
+    case kAuth: return "auth";
+    case kAuthOk: return "auth-ok";
+    case kError: return "error";
+    case kJoin: return "join";
+    case kJoinOk: return "join-ok";
+    case kKvSet: return "kv-set";
+    case kKvGet: return "kv-get";
+    case kKvValue: return "kv-value";
+    case kBarrier: return "barrier";
+    case kOk: return "ok";
+    case kNotify: return "notify";
+    case kLeave: return "leave";
+    case kConfig: return "config";
+    case kSpawn: return "spawn";
+    case kKill: return "kill";
+    case kShutdown: return "shutdown";
+    case kReady: return "ready";
+    case kStarted: return "started";
+    case kOutput: return "output";
+    case kExited: return "exited";
+    case kSpawnFailed: return "spawn-failed";
+    default: return "unknown";
+  }
+}
+
+std::string type_mismatch(std::uint8_t want, std::uint8_t got) {
+  return fmt::format("expected a {} frame, got {} (type {})", type_name(want), type_name(got), got);
+}
+
+}  // namespace elasticrun::msg

@@ -1,0 +1,217 @@
+// Control-plane messages. Each has a type tag, encode() and decode(); decode() of
+// untrusted bytes throws wire::DecodeError, never asserts.
+#pragma once
+
+#include "common/frame.h"
+#include "common/wire.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace elasticrun::msg {
+
+enum Type : std::uint8_t {
+  // handshake, both connections
+  kHello = 1, kAuth, kAuthOk, kError,
+  // worker <-> rendezvous server
+  kJoin = 10, kJoinOk, kKvSet, kKvGet, kKvValue, kBarrier, kOk, kNotify, kLeave,
+  // driver <-> daemon
+  kConfig = 30, kSpawn, kKill, kShutdown, kReady, kStarted, kOutput, kExited, kSpawnFailed,
+};
+
+struct Hello {
+  static constexpr Type kType = kHello;
+  wire::Bytes nonce;
+  void encode(wire::Encoder& e) const { e.bytes(nonce); }
+  static Hello decode(wire::Decoder& d) { return {d.bytes()}; }
+};
+struct Auth {
+  static constexpr Type kType = kAuth;
+  std::string role;
+  wire::Bytes nonce, proof;
+  void encode(wire::Encoder& e) const { e.str(role).bytes(nonce).bytes(proof); }
+  static Auth decode(wire::Decoder& d) { return {d.str(), d.bytes(), d.bytes()}; }
+};
+struct AuthOk {
+  static constexpr Type kType = kAuthOk;
+  wire::Bytes proof;
+  void encode(wire::Encoder& e) const { e.bytes(proof); }
+  static AuthOk decode(wire::Decoder& d) { return {d.bytes()}; }
+};
+struct Error {
+  static constexpr Type kType = kError;
+  std::uint64_t req = 0;
+  std::string message;
+  void encode(wire::Encoder& e) const { e.u64(req).str(message); }
+  static Error decode(wire::Decoder& d) { return {d.u64(), d.str()}; }
+};
+
+struct Join {
+  static constexpr Type kType = kJoin;
+  std::string host;
+  std::uint32_t slot = 0, pid = 0;
+  std::uint64_t epoch = 0;
+  void encode(wire::Encoder& e) const { e.str(host).u32(slot).u32(pid).u64(epoch); }
+  static Join decode(wire::Decoder& d) { return {d.str(), d.u32(), d.u32(), d.u64()}; }
+};
+struct JoinOk {
+  static constexpr Type kType = kJoinOk;
+  std::uint64_t epoch = 0;
+  std::int32_t rank = 0, size = 0, local_rank = 0, local_size = 0, cross_rank = 0, cross_size = 0;
+  void encode(wire::Encoder& e) const {
+    e.u64(epoch).i32(rank).i32(size).i32(local_rank).i32(local_size).i32(cross_rank).i32(cross_size);
+  }
+  static JoinOk decode(wire::Decoder& d) {
+    JoinOk j;
+    j.epoch = d.u64();
+    j.rank = d.i32(), j.size = d.i32(), j.local_rank = d.i32(), j.local_size = d.i32();
+    j.cross_rank = d.i32(), j.cross_size = d.i32();
+    return j;
+  }
+};
+struct KvSet {
+  static constexpr Type kType = kKvSet;
+  std::uint64_t req = 0;
+  std::string key;
+  wire::Bytes value;
+  void encode(wire::Encoder& e) const { e.u64(req).str(key).bytes(value); }
+  static KvSet decode(wire::Decoder& d) { return {d.u64(), d.str(), d.bytes()}; }
+};
+struct KvGet {
+  static constexpr Type kType = kKvGet;
+  std::uint64_t req = 0;
+  std::string key;
+  std::uint32_t timeout_ms = 0;
+  void encode(wire::Encoder& e) const { e.u64(req).str(key).u32(timeout_ms); }
+  static KvGet decode(wire::Decoder& d) { return {d.u64(), d.str(), d.u32()}; }
+};
+struct KvValue {
+  static constexpr Type kType = kKvValue;
+  std::uint64_t req = 0;
+  wire::Bytes value;
+  void encode(wire::Encoder& e) const { e.u64(req).bytes(value); }
+  static KvValue decode(wire::Decoder& d) { return {d.u64(), d.bytes()}; }
+};
+struct Barrier {
+  static constexpr Type kType = kBarrier;
+  std::uint64_t req = 0;
+  std::string name;
+  std::uint32_t timeout_ms = 0;
+  void encode(wire::Encoder& e) const { e.u64(req).str(name).u32(timeout_ms); }
+  static Barrier decode(wire::Decoder& d) { return {d.u64(), d.str(), d.u32()}; }
+};
+struct Ok {
+  static constexpr Type kType = kOk;
+  std::uint64_t req = 0;
+  void encode(wire::Encoder& e) const { e.u64(req); }
+  static Ok decode(wire::Decoder& d) { return {d.u64()}; }
+};
+enum class NotifyKind : std::uint8_t { abort = 1, hosts_updated = 2, shutdown = 3 };
+struct Notify {
+  static constexpr Type kType = kNotify;
+  NotifyKind kind = NotifyKind::abort;
+  std::uint64_t epoch = 0;
+  std::string reason;
+  void encode(wire::Encoder& e) const { e.u8(static_cast<std::uint8_t>(kind)).u64(epoch).str(reason); }
+  static Notify decode(wire::Decoder& d);
+};
+struct Leave {
+  static constexpr Type kType = kLeave;
+  void encode(wire::Encoder&) const {}
+  static Leave decode(wire::Decoder&) { return {}; }
+};
+
+// ---- driver <-> daemon ----
+struct Config {
+  static constexpr Type kType = kConfig;
+  wire::Bytes secret;
+  std::string rendezvous_addr, host, cwd;
+  void encode(wire::Encoder& e) const { e.bytes(secret).str(rendezvous_addr).str(host).str(cwd); }
+  static Config decode(wire::Decoder& d) { return {d.bytes(), d.str(), d.str(), d.str()}; }
+};
+struct Spawn {
+  static constexpr Type kType = kSpawn;
+  std::uint32_t slot = 0;
+  std::uint64_t epoch = 0;
+  std::int32_t rank = 0, size = 0;
+  std::vector<std::string> argv, env;  // env entries are KEY=VALUE
+  void encode(wire::Encoder& e) const { e.u32(slot).u64(epoch).i32(rank).i32(size).strings(argv).strings(env); }
+  static Spawn decode(wire::Decoder& d) {
+    Spawn s;
+    s.slot = d.u32(), s.epoch = d.u64(), s.rank = d.i32(), s.size = d.i32();
+    s.argv = d.strings(), s.env = d.strings();
+    return s;
+  }
+};
+inline constexpr std::uint32_t kAllSlots = 0xffffffffu;
+struct Kill {
+  static constexpr Type kType = kKill;
+  std::uint32_t slot = kAllSlots;
+  std::int32_t signal = 15;
+  void encode(wire::Encoder& e) const { e.u32(slot).i32(signal); }
+  static Kill decode(wire::Decoder& d) { return {d.u32(), d.i32()}; }
+};
+struct Shutdown {
+  static constexpr Type kType = kShutdown;
+  std::uint32_t grace_ms = 2000;
+  void encode(wire::Encoder& e) const { e.u32(grace_ms); }
+  static Shutdown decode(wire::Decoder& d) { return {d.u32()}; }
+};
+struct Ready {
+  static constexpr Type kType = kReady;
+  std::uint32_t pid = 0;
+  std::string hostname;
+  void encode(wire::Encoder& e) const { e.u32(pid).str(hostname); }
+  static Ready decode(wire::Decoder& d) { return {d.u32(), d.str()}; }
+};
+struct Started {
+  static constexpr Type kType = kStarted;
+  std::uint32_t slot = 0, pid = 0;
+  void encode(wire::Encoder& e) const { e.u32(slot).u32(pid); }
+  static Started decode(wire::Decoder& d) { return {d.u32(), d.u32()}; }
+};
+struct Output {
+  static constexpr Type kType = kOutput;
+  std::uint32_t slot = 0;
+  std::uint8_t stream = 1;  // 1 stdout, 2 stderr
+  wire::Bytes data;
+  void encode(wire::Encoder& e) const { e.u32(slot).u8(stream).bytes(data); }
+  static Output decode(wire::Decoder& d) { return {d.u32(), d.u8(), d.bytes()}; }
+};
+struct Exited {
+  static constexpr Type kType = kExited;
+  std::uint32_t slot = 0, pid = 0;
+  std::int32_t code = 0, signal = 0;  // signal != 0: killed by it
+  void encode(wire::Encoder& e) const { e.u32(slot).u32(pid).i32(code).i32(signal); }
+  static Exited decode(wire::Decoder& d) { return {d.u32(), d.u32(), d.i32(), d.i32()}; }
+};
+struct SpawnFailed {
+  static constexpr Type kType = kSpawnFailed;
+  std::uint32_t slot = 0;
+  std::string message;
+  void encode(wire::Encoder& e) const { e.u32(slot).str(message); }
+  static SpawnFailed decode(wire::Decoder& d) { return {d.u32(), d.str()}; }
+};
+
+template <class M>
+Frame to_frame(const M& m) {
+  wire::Encoder e;
+  m.encode(e);
+  return Frame{M::kType, e.take()};
+}
+
+// Decodes a whole frame as M; throws wire::DecodeError on a wrong type or bad payload.
+template <class M>
+M parse(const Frame& f) {
+  if (f.type != M::kType) throw wire::DecodeError(type_mismatch(M::kType, f.type));
+  wire::Decoder d(f.payload);
+  M m = M::decode(d);
+  d.finish();
+  return m;
+}
+
+std::string type_mismatch(std::uint8_t want, std::uint8_t got);
+const char* type_name(std::uint8_t type);
+
+}  // namespace elasticrun::msg

@@ -1,0 +1,163 @@
+#include "daemon/supervisor.h"
+
+#include "common/env.h"
+#include "common/log.h"
+
+#include <unistd.h>
+
+#include <csignal>
+#include <map>
+
+extern char** environ;
+
+namespace elasticrun::daemon {
+
+namespace asio = boost::asio;
+
+Supervisor::Supervisor(asio::io_context& io, int in_fd, int out_fd, std::function<void(int)> on_done)
+    : io_(io), in_(io, in_fd), out_(io, in_fd == out_fd ? ::dup(out_fd) : out_fd),
+      on_done_(std::move(on_done)), kill_timer_(io) {
+  WorkerEvents ev;
+  ev.on_output = [this](std::uint32_t slot, int stream, std::span<const std::uint8_t> data) {
+    send(msg::Output{slot, static_cast<std::uint8_t>(stream), wire::Bytes(data.begin(), data.end())});
+  };
+  ev.on_exit = [this](std::uint32_t slot, int pid, int code, int sig) {
+    ER_LOG(daemon, debug, "slot {} (pid {}) exited: code {} signal {}", slot, pid, code, sig);
+    send(msg::Exited{slot, static_cast<std::uint32_t>(pid), code, sig});
+    finish_if_idle();
+  };
+  launcher_ = make_process_launcher(io, std::move(ev));
+}
+
+Supervisor::~Supervisor() = default;
+
+void Supervisor::start() {
+  send(msg::Ready{static_cast<std::uint32_t>(::getpid()), ""});
+  read();
+}
+
+void Supervisor::read() {
+  in_.async_read_some(asio::buffer(rbuf_), [this](boost::system::error_code ec, std::size_t n) {
+    if (ec) {
+      if (!stopping_) ER_LOG(daemon, info, "control channel closed; stopping all workers");
+      out_broken_ = true;  // nobody to report to
+      stop(std::chrono::milliseconds(1000), stopping_ ? exit_code_ : 1);
+      return;
+    }
+    if (auto ok = parser_.feed({rbuf_.data(), n}); !ok) {
+      ER_LOG(daemon, error, "rejected control stream: {}; stopping", ok.error());
+      stop(std::chrono::milliseconds(1000), 1);
+      return;
+    }
+    while (parser_.has_frame()) {
+      Frame f = parser_.pop();
+      try {
+        handle(f);
+      } catch (const wire::DecodeError& e) {
+        ER_LOG(daemon, error, "rejected malformed {} frame: {}; stopping", msg::type_name(f.type), e.what());
+        stop(std::chrono::milliseconds(1000), 1);
+        return;
+      }
+    }
+    read();
+  });
+}
+
+void Supervisor::handle(const Frame& f) {
+  if (!config_ && f.type != msg::kConfig) throw wire::DecodeError("first frame must be config");
+  switch (f.type) {
+    case msg::kConfig: config_ = msg::parse<msg::Config>(f); return;
+    case msg::kSpawn: return on_spawn(msg::parse<msg::Spawn>(f));
+    case msg::kKill: {
+      auto k = msg::parse<msg::Kill>(f);
+      if (k.signal <= 0 || k.signal >= NSIG) throw wire::DecodeError("bad signal number");
+      if (k.slot == msg::kAllSlots) launcher_->signal_all(k.signal);
+      else launcher_->signal(k.slot, k.signal);
+      return;
+    }
+    case msg::kShutdown: {
+      auto s = msg::parse<msg::Shutdown>(f);
+      stop(std::chrono::milliseconds(std::min<std::uint32_t>(s.grace_ms, 60000)), 0);
+      return;
+    }
+    default: throw wire::DecodeError(std::string("unexpected ") + msg::type_name(f.type) + " frame");
+  }
+}
+
+void Supervisor::on_spawn(const msg::Spawn& s) {
+  if (stopping_) return;
+  WorkerSpec spec;
+  spec.slot = s.slot;
+  spec.argv = s.argv;
+  spec.cwd = config_->cwd;
+  for (char** e = environ; *e; ++e) spec.env.emplace_back(*e);
+  for (const auto& kv : s.env) spec.env.push_back(kv);
+  auto set = [&](const char* k, const std::string& v) { spec.env.push_back(std::string(k) + "=" + v); };
+  set(env::kRendezvousAddr, config_->rendezvous_addr);
+  set(env::kSecret, auth::to_hex(config_->secret));
+  set(env::kHost, config_->host);
+  set(env::kSlot, std::to_string(s.slot));
+  set(env::kEpoch, std::to_string(s.epoch));
+  set(env::kRank, std::to_string(s.rank));
+  set(env::kSize, std::to_string(s.size));
+  // Later entries win: dedupe keeping the last occurrence of each key.
+  std::map<std::string, std::string> merged;
+  for (const auto& kv : spec.env)
+    if (auto eq = kv.find('='); eq != std::string::npos) merged[kv.substr(0, eq)] = kv;
+  spec.env.clear();
+  for (auto& [k, kv] : merged) spec.env.push_back(std::move(kv));
+  auto pid = launcher_->spawn(spec);
+  if (!pid) {
+    send(msg::SpawnFailed{s.slot, pid.error()});
+    return;
+  }
+  send(msg::Started{s.slot, static_cast<std::uint32_t>(*pid)});
+}
+
+void Supervisor::stop(std::chrono::milliseconds grace, int exit_code) {
+  if (stopping_) {
+    finish_if_idle();
+    return;
+  }
+  stopping_ = true;
+  exit_code_ = exit_code;
+  launcher_->signal_all(SIGTERM);
+  kill_timer_.expires_after(grace);
+  kill_timer_.async_wait([this](boost::system::error_code ec) {
+    if (!ec) launcher_->signal_all(SIGKILL);
+  });
+  finish_if_idle();
+}
+
+void Supervisor::finish_if_idle() {
+  if (!stopping_ || done_ || launcher_->running() > 0) return;
+  if (!out_broken_ && !wqueue_.empty()) return;  // flush reports first; write_next calls back
+  done_ = true;
+  kill_timer_.cancel();
+  boost::system::error_code ec;
+  in_.close(ec);
+  out_.close(ec);
+  if (on_done_) on_done_(exit_code_);
+}
+
+void Supervisor::send_frame(const Frame& f) {
+  if (out_broken_) return;
+  wqueue_.push_back(encode_frame(f));
+  if (wqueue_.size() == 1) write_next();
+}
+
+void Supervisor::write_next() {
+  asio::async_write(out_, asio::buffer(wqueue_.front()), [this](boost::system::error_code ec, std::size_t) {
+    if (ec) {
+      out_broken_ = true;
+      wqueue_.clear();
+      stop(std::chrono::milliseconds(1000), 1);
+      return;
+    }
+    wqueue_.pop_front();
+    if (!wqueue_.empty()) write_next();
+    else finish_if_idle();
+  });
+}
+
+}  // namespace elasticrun::daemon

@@ -1,0 +1,59 @@
+// The daemon's side of one job: reads control frames from the driver, spawns and
+// kills workers through a Launcher, and reports their output and exits.
+//
+// When the control channel closes (driver gone, SSH dropped) or shutdown arrives,
+// every worker gets SIGTERM, then SIGKILL after the grace period, and the
+// supervisor finishes: no orphans.
+#pragma once
+
+#include "common/auth.h"
+#include "common/frame.h"
+#include "common/messages.h"
+#include "daemon/launcher.h"
+
+#include <boost/asio.hpp>
+
+#include <deque>
+#include <functional>
+#include <memory>
+#include <optional>
+
+namespace elasticrun::daemon {
+
+class Supervisor {
+ public:
+  // Takes ownership of the two descriptors (they may be the same socket).
+  Supervisor(boost::asio::io_context& io, int in_fd, int out_fd, std::function<void(int)> on_done);
+  ~Supervisor();
+  void start();
+  // Stop every worker, then finish with `exit_code`.
+  void stop(std::chrono::milliseconds grace, int exit_code);
+
+ private:
+  void read();
+  void handle(const Frame& f);
+  void on_spawn(const msg::Spawn& s);
+  template <class M>
+  void send(const M& m) {
+    send_frame(msg::to_frame(m));
+  }
+  void send_frame(const Frame& f);
+  void write_next();
+  void finish_if_idle();
+
+  boost::asio::io_context& io_;
+  boost::asio::posix::stream_descriptor in_, out_;
+  std::function<void(int)> on_done_;
+  std::unique_ptr<Launcher> launcher_;
+  std::optional<msg::Config> config_;
+  FrameParser parser_;
+  std::array<std::uint8_t, 65536> rbuf_{};
+  std::deque<wire::Bytes> wqueue_;
+  bool out_broken_ = false;
+  bool stopping_ = false;
+  int exit_code_ = 0;
+  boost::asio::steady_timer kill_timer_;
+  bool done_ = false;
+};
+
+}  // namespace elasticrun::daemon

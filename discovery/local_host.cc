@@ -1,0 +1,59 @@
+#include "discovery/local_host.h"
+
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <set>
+#include <string>
+
+namespace elasticrun::discovery {
+namespace {
+
+std::string addr_key(const sockaddr* sa) {
+  char buf[INET6_ADDRSTRLEN] = {};
+  if (sa->sa_family == AF_INET)
+    inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(sa)->sin_addr, buf, sizeof buf);
+  else if (sa->sa_family == AF_INET6)
+    inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6*>(sa)->sin6_addr, buf, sizeof buf);
+  return buf;
+}
+
+bool is_loopback(const sockaddr* sa) {
+  if (sa->sa_family == AF_INET)
+    return (ntohl(reinterpret_cast<const sockaddr_in*>(sa)->sin_addr.s_addr) >> 24) == 127;
+  if (sa->sa_family == AF_INET6)
+    return IN6_IS_ADDR_LOOPBACK(&reinterpret_cast<const sockaddr_in6*>(sa)->sin6_addr);
+  return false;
+}
+
+}  // namespace
+
+bool is_local_host(const std::string& full) {
+  std::string name = full.substr(full.find('@') == std::string::npos ? 0 : full.find('@') + 1);
+  if (name.size() > 2 && name.front() == '[' && name.back() == ']') name = name.substr(1, name.size() - 2);
+  char self[256] = {};
+  if (::gethostname(self, sizeof self - 1) == 0 && name == self) return true;
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  if (::getaddrinfo(name.c_str(), nullptr, &hints, &res) != 0 || !res) return false;
+  std::set<std::string> local;
+  ifaddrs* ifs = nullptr;
+  if (::getifaddrs(&ifs) == 0) {
+    for (ifaddrs* i = ifs; i; i = i->ifa_next)
+      if (i->ifa_addr) local.insert(addr_key(i->ifa_addr));
+    ::freeifaddrs(ifs);
+  }
+  bool all_local = true;
+  for (addrinfo* a = res; a; a = a->ai_next)
+    if (!is_loopback(a->ai_addr) && !local.count(addr_key(a->ai_addr))) all_local = false;
+  ::freeaddrinfo(res);
+  return all_local;
+}
+
+}  // namespace elasticrun::discovery

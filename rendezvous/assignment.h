@@ -1,0 +1,36 @@
+// Rank layout: which (host, slot) gets which rank, and the local/cross coordinates.
+//
+// Pure functions, no I/O. Hosts keep their order; slots fill contiguously, host by
+// host, up to np. local_rank is the slot index on its host; cross_rank is how many
+// earlier hosts have that local rank; cross_size how many hosts have it at all.
+#pragma once
+
+#include "discovery/hosts.h"
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace elasticrun::rendezvous {
+
+using HostSlots = discovery::Host;
+
+struct WorkerPlace {
+  std::string host;
+  int slot = 0;
+  int rank = 0, local_rank = 0, local_size = 0, cross_rank = 0, cross_size = 0;
+};
+
+struct Assignment {
+  std::uint64_t epoch = 0;
+  std::vector<WorkerPlace> workers;  // indexed by rank
+  int size() const { return static_cast<int>(workers.size()); }
+  const WorkerPlace* find(const std::string& host, int slot) const;
+};
+
+// Fills min(np, total slots) ranks. np <= 0 means every slot.
+Assignment assign(const std::vector<HostSlots>& hosts, int np, std::uint64_t epoch);
+int total_slots(const std::vector<HostSlots>& hosts);
+
+}  // namespace elasticrun::rendezvous

@@ -1,0 +1,87 @@
+// The rendezvous server: workers connect, authenticate with the job secret, join the
+// current epoch, exchange addresses through a key-value table, meet at barriers, and
+// keep the connection open so that the server can push notifications (abort,
+// hosts-updated) and learn of a worker's end when the connection closes.
+//
+// It runs on the driver's io_context, single-threaded. A frame that fails to parse
+// or authenticate closes that connection with a logged reason and touches nothing else.
+#pragma once
+
+#include "common/auth.h"
+#include "common/messages.h"
+#include "rendezvous/assignment.h"
+
+#include <boost/asio.hpp>
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+
+namespace elasticrun::rendezvous {
+
+struct ServerLimits {
+  std::size_t max_connections = 65536;
+  std::size_t max_keys = 1 << 20;
+  std::size_t max_value = 1 << 20;
+  std::chrono::milliseconds handshake_timeout{10000};
+};
+
+class Session;
+
+class Server {
+ public:
+  struct Callbacks {
+    // A joined worker's connection closed without a leave message.
+    std::function<void(const WorkerPlace&, std::uint64_t epoch)> on_worker_lost;
+    std::function<void(const WorkerPlace&, std::uint64_t epoch)> on_worker_joined;
+  };
+
+  Server(boost::asio::io_context& io, const auth::Secret& secret,
+         const boost::asio::ip::tcp::endpoint& bind, Callbacks cb = {}, ServerLimits limits = {});
+  ~Server();
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  std::uint16_t port() const;
+  // Installs a new epoch: clears the key-value table and barriers, and pushes `kind`
+  // to every worker still connected in an older epoch.
+  void start_epoch(Assignment a, msg::NotifyKind kind, const std::string& reason);
+  void notify_all(msg::NotifyKind kind, const std::string& reason);
+  const Assignment& assignment() const { return assignment_; }
+  std::size_t connections() const { return sessions_.size(); }
+  void stop();
+
+ private:
+  friend class Session;
+  void accept();
+  void on_join(const std::shared_ptr<Session>& s, const msg::Join& j);
+  void on_kv_set(const std::shared_ptr<Session>& s, msg::KvSet m);
+  void on_kv_get(const std::shared_ptr<Session>& s, const msg::KvGet& m);
+  void on_barrier(const std::shared_ptr<Session>& s, const msg::Barrier& m);
+  void on_closed(const std::shared_ptr<Session>& s, bool left);
+
+  struct Waiter {
+    std::weak_ptr<Session> session;
+    std::uint64_t req;
+    std::shared_ptr<boost::asio::steady_timer> timer;
+  };
+  struct BarrierState {
+    std::set<int> arrived;
+    std::vector<Waiter> waiters;
+  };
+
+  boost::asio::io_context& io_;
+  auth::Secret secret_;
+  boost::asio::ip::tcp::acceptor acceptor_;
+  Callbacks cb_;
+  ServerLimits limits_;
+  Assignment assignment_;
+  std::set<std::shared_ptr<Session>> sessions_;
+  std::map<std::string, wire::Bytes> kv_;
+  std::multimap<std::string, Waiter> kv_waiters_;
+  std::map<std::string, BarrierState> barriers_;
+};
+
+}  // namespace elasticrun::rendezvous

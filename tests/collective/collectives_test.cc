@@ -1,0 +1,187 @@
+// Every collective, checked against a local reference, for world sizes 1..5, both
+// allreduce algorithms, several sizes (0, 1, odd, ~8 MiB), in place and out of place.
+#include "rank_fixture.h"
+#include "test_data.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <numeric>
+
+namespace elasticrun::collective::testing {
+namespace {
+
+constexpr std::size_t kLarge = 8 * 1024 * 1024 / 4 + 3;  // ~8 MiB of f32, odd count
+
+CommConfig config(Algorithm a) {
+  CommConfig c;
+  c.algorithm = a;
+  c.timeout = std::chrono::seconds(60);
+  return c;
+}
+
+#define CHECK_SAME(got, want, elem, ctx)                                 \
+  do {                                                                   \
+    std::string d = diff(got, want, elem);                               \
+    if (!d.empty()) throw std::runtime_error(std::string(ctx) + ": " + d); \
+  } while (0)
+
+std::string ctx(const char* what, int rank, DataType t, ReduceOp op, std::size_t count, bool in_place) {
+  return std::string(what) + " rank " + std::to_string(rank) + " " + name_of(t) + " " + name_of(op) + " count " +
+         std::to_string(count) + (in_place ? " in place" : " out of place");
+}
+
+class Collectives : public ::testing::TestWithParam<int> {};
+
+void allreduce_case(Communicator& c, int r, DataType t, ReduceOp op, std::size_t count, bool in_place) {
+  Buf in = input(t, op, r, count), out(in.size());
+  if (in_place) {
+    c.allreduce(in.data(), in.data(), count, t, op);
+    out = in;
+  } else {
+    c.allreduce(in.data(), out.data(), count, t, op);
+    CHECK_SAME(in, input(t, op, r, count), size_of(t), ctx("allreduce input clobbered", r, t, op, count, false));
+  }
+  CHECK_SAME(out, reduced(t, op, c.size(), count), size_of(t), ctx("allreduce", r, t, op, count, in_place));
+}
+
+TEST_P(Collectives, AllreduceEveryTypeAndOp) {
+  World w(GetParam());
+  for (Algorithm a : {Algorithm::ring, Algorithm::rd})
+    run_ranks(w, config(a), a == Algorithm::ring ? "ring/" : "rd/", [](int r, Communicator& c) {
+      for (DataType t : kAllTypes)
+        for (ReduceOp op : kAllOps)
+          for (std::size_t count : {0u, 1u, 7u, 1023u})
+            for (bool in_place : {false, true}) allreduce_case(c, r, t, op, count, in_place);
+    });
+}
+
+TEST_P(Collectives, AllreduceLarge) {
+  World w(GetParam());
+  for (Algorithm a : {Algorithm::ring, Algorithm::rd})
+    run_ranks(w, config(a), a == Algorithm::ring ? "ring/" : "rd/", [](int r, Communicator& c) {
+      for (bool in_place : {false, true}) allreduce_case(c, r, DataType::f32, ReduceOp::sum, kLarge, in_place);
+      allreduce_case(c, r, DataType::f16, ReduceOp::avg, 300001, false);
+      allreduce_case(c, r, DataType::i64, ReduceOp::max, 200003, true);
+    });
+}
+
+TEST_P(Collectives, AutomaticAlgorithmMidSizes) {
+  World w(GetParam());
+  run_ranks(w, config(Algorithm::automatic), "auto/", [](int r, Communicator& c) {
+    for (std::size_t count : {2u, 3u, 5u, 8191u, 8192u, 8193u, 70000u})
+      allreduce_case(c, r, DataType::f32, ReduceOp::sum, count, count % 2 == 0);
+  });
+}
+
+TEST_P(Collectives, Broadcast) {
+  World w(GetParam());
+  run_ranks(w, config(Algorithm::automatic), "bc/", [](int r, Communicator& c) {
+    for (std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{1023}, kLarge})
+      for (int root = 0; root < c.size(); ++root) {
+        Buf want = input(DataType::f32, ReduceOp::sum, root, count);
+        Buf buf = r == root ? want : Buf(want.size(), std::byte{0x5A});
+        c.broadcast(buf.data(), count, DataType::f32, root);
+        CHECK_SAME(buf, want, 4, ctx("broadcast", r, DataType::f32, ReduceOp::sum, count, true) + " root " +
+                                     std::to_string(root));
+      }
+  });
+}
+
+TEST_P(Collectives, AllgatherAndAllgatherv) {
+  World w(GetParam());
+  run_ranks(w, config(Algorithm::automatic), "ag/", [](int r, Communicator& c) {
+    int n = c.size();
+    const DataType t = DataType::i32;
+    for (std::size_t count : {0u, 1u, 1023u, 1u << 20})
+      for (bool in_place : {false, true}) {
+        Buf want;
+        for (int q = 0; q < n; ++q) {
+          Buf part = input(t, ReduceOp::sum, q, count);
+          want.insert(want.end(), part.begin(), part.end());
+        }
+        Buf in = input(t, ReduceOp::sum, r, count), out(want.size());
+        const std::byte* src = in.data();
+        if (in_place) {
+          std::copy(in.begin(), in.end(), out.begin() + r * in.size());
+          src = out.data() + r * in.size();
+        }
+        c.allgather(src, out.data(), count, t);
+        CHECK_SAME(out, want, 4, ctx("allgather", r, t, ReduceOp::sum, count, in_place));
+      }
+    // Uneven counts, including empty contributions.
+    std::vector<std::size_t> counts(n);
+    for (int q = 0; q < n; ++q) counts[q] = (q % 3 == 1) ? 0 : 1000 * q + 17;
+    Buf want;
+    for (int q = 0; q < n; ++q) {
+      Buf part = input(t, ReduceOp::sum, q, counts[q]);
+      want.insert(want.end(), part.begin(), part.end());
+    }
+    Buf in = input(t, ReduceOp::sum, r, counts[r]), out(want.size());
+    c.allgatherv(in.data(), out.data(), counts, t);
+    CHECK_SAME(out, want, 4, ctx("allgatherv", r, t, ReduceOp::sum, counts[r], false));
+  });
+}
+
+TEST_P(Collectives, ReduceScatter) {
+  World w(GetParam());
+  run_ranks(w, config(Algorithm::automatic), "rs/", [](int r, Communicator& c) {
+    int n = c.size();
+    for (DataType t : {DataType::f32, DataType::i32, DataType::bf16})
+      for (ReduceOp op : kAllOps)
+        for (std::size_t count : {0u, 1u, 1023u, 200000u})
+          for (bool in_place : {false, true}) {
+            Buf in = input(t, op, r, count * n);
+            Buf want = reduced(t, op, n, count, count * r);
+            Buf out(count * size_of(t));
+            std::byte* dst = in_place ? in.data() + count * r * size_of(t) : out.data();
+            c.reduce_scatter(in.data(), dst, count, t, op);
+            Buf got(dst, dst + out.size());
+            CHECK_SAME(got, want, size_of(t), ctx("reduce_scatter", r, t, op, count, in_place));
+          }
+  });
+}
+
+TEST_P(Collectives, Alltoall) {
+  World w(GetParam());
+  run_ranks(w, config(Algorithm::automatic), "a2a/", [](int r, Communicator& c) {
+    int n = c.size();
+    const DataType t = DataType::u8;
+    for (std::size_t count : {0u, 1u, 1023u, 1u << 20})
+      for (bool in_place : {false, true}) {
+        // Block j of rank q's input is input(q) at offset j*count.
+        Buf in = input(t, ReduceOp::sum, r, count * n), out(in.size());
+        Buf want;
+        for (int q = 0; q < n; ++q) {
+          Buf part = input(t, ReduceOp::sum, q, count, count * r);
+          want.insert(want.end(), part.begin(), part.end());
+        }
+        if (in_place) {
+          c.alltoall(in.data(), in.data(), count, t);
+          out = in;
+        } else {
+          c.alltoall(in.data(), out.data(), count, t);
+        }
+        CHECK_SAME(out, want, 1, ctx("alltoall", r, t, ReduceOp::sum, count, in_place));
+      }
+  });
+}
+
+TEST_P(Collectives, Barrier) {
+  World w(GetParam());
+  std::atomic<int> arrived{0};
+  run_ranks(w, config(Algorithm::automatic), "bar/", [&](int, Communicator& c) {
+    for (int round = 1; round <= 20; ++round) {
+      arrived.fetch_add(1);
+      c.barrier();
+      if (arrived.load() < round * c.size()) throw std::runtime_error("barrier released early");
+      c.barrier();  // keeps the next round's increments after everyone's check
+    }
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(WorldSizes, Collectives, ::testing::Values(1, 2, 3, 4, 5),
+                         [](const auto& info) { return "np" + std::to_string(info.param); });
+
+}  // namespace
+}  // namespace elasticrun::collective::testing
