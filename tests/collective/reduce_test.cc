@@ -47,7 +47,7 @@ TEST(Half, MatchesCompilerConversion) {
   std::mt19937 rng(7);
   std::uniform_int_distribution<std::uint32_t> bits;
   for (int i = 0; i < 200000; ++i) {
-    float f = std::bit_cast<float>(bits(rng) & 0x8FFFFFFF | 0x30000000);  // bias toward half's range
+    float f = std::bit_cast<float>((bits(rng) & 0x8FFFFFFF) | 0x30000000);  // bias toward half's range
     if (std::isnan(f)) continue;
     _Float16 ref = static_cast<_Float16>(f);
     EXPECT_EQ(float_to_half(f), std::bit_cast<std::uint16_t>(ref)) << f;

@@ -82,7 +82,9 @@ TEST(Schedule, RecursiveDoublingAnySize) {
     for (int r = 0; r < n; ++r) {
       RecursiveDoubling rd = recursive_doubling(r, n);
       EXPECT_EQ(rd.pow2 + rd.rem, n);
-      if (rd.fold_peer >= 0) EXPECT_EQ(recursive_doubling(rd.fold_peer, n).fold_peer, r);
+      if (rd.fold_peer >= 0) {
+        EXPECT_EQ(recursive_doubling(rd.fold_peer, n).fold_peer, r);
+      }
       if (rd.folded_out) {
         EXPECT_TRUE(rd.partners.empty());
         continue;

@@ -1,0 +1,106 @@
+#include "discovery/hosts.h"
+#include "discovery/local_host.h"
+#include "rendezvous/assignment.h"
+
+#include <gtest/gtest.h>
+
+namespace elasticrun {
+namespace {
+
+using discovery::Host;
+
+TEST(HostList, ParsesSlotsAndDefaults) {
+  auto h = discovery::parse_host_list("a:4,b, c:1", 2);
+  ASSERT_TRUE(h.ok()) << h.error();
+  EXPECT_EQ(*h, (std::vector<Host>{{"a", 4}, {"b", 2}, {"c", 1}}));
+}
+
+TEST(HostList, RejectsBadEntriesWithAReason) {
+  struct Case {
+    const char* in;
+    const char* why;
+  } cases[] = {
+      {"a:0", "out of range"}, {"a:-1", "out of range"}, {"a:x", "not a number"}, {"a,,b", "empty"},
+      {"", "empty"},           {"a:2,a:3", "twice"},     {"bad host", "valid"},   {"a:99999", "out of range"},
+      {"a:", "not a number"},
+  };
+  for (const auto& c : cases) {
+    auto h = discovery::parse_host_list(c.in, 1);
+    ASSERT_FALSE(h.ok()) << c.in;
+    EXPECT_NE(h.error().find(c.why), std::string::npos) << c.in << " -> " << h.error();
+  }
+}
+
+TEST(HostList, AcceptsBracketedIpv6) {
+  auto h = discovery::parse_host_list("[::1]:3", 1);
+  ASSERT_TRUE(h.ok()) << h.error();
+  EXPECT_EQ((*h)[0], (Host{"[::1]", 3}));
+}
+
+TEST(Hostfile, ParsesOpenMpiStyleLinesAndComments) {
+  auto h = discovery::parse_hostfile("# cluster\nnode1 slots=4\n\n  node2   # two\nnode3:3\r\n", 2);
+  ASSERT_TRUE(h.ok()) << h.error();
+  EXPECT_EQ(*h, (std::vector<Host>{{"node1", 4}, {"node2", 2}, {"node3", 3}}));
+}
+
+TEST(Hostfile, NamesTheBadLine) {
+  auto h = discovery::parse_hostfile("node1 slots=2\nnode2 cpus=4\n", 1);
+  ASSERT_FALSE(h.ok());
+  EXPECT_NE(h.error().find("line 2"), std::string::npos) << h.error();
+  auto d = discovery::parse_hostfile("n1\nn1 slots=2\n", 1);
+  ASSERT_FALSE(d.ok());
+  EXPECT_NE(d.error().find("line 2"), std::string::npos);
+  EXPECT_FALSE(discovery::parse_hostfile("n1 slots=abc\n", 1).ok());
+}
+
+TEST(Hostfile, MissingFileIsAClearError) {
+  auto h = discovery::read_hostfile("/nonexistent/hosts", 1);
+  ASSERT_FALSE(h.ok());
+  EXPECT_NE(h.error().find("/nonexistent/hosts"), std::string::npos);
+}
+
+TEST(LocalHost, LoopbackNamesAreLocal) {
+  EXPECT_TRUE(discovery::is_local_host("localhost"));
+  EXPECT_TRUE(discovery::is_local_host("127.0.0.2"));
+  EXPECT_TRUE(discovery::is_local_host("user@127.0.0.1"));
+  EXPECT_FALSE(discovery::is_local_host("192.0.2.1"));  // TEST-NET-1, never assigned
+}
+
+TEST(Assignment, FillsHostsInOrderWithLocalAndCrossRanks) {
+  auto a = rendezvous::assign({{"a", 2}, {"b", 2}, {"c", 3}}, 5, 1);
+  ASSERT_EQ(a.size(), 5);
+  struct Want {
+    const char* host;
+    int slot, local_rank, local_size, cross_rank, cross_size;
+  } want[] = {{"a", 0, 0, 2, 0, 2}, {"a", 1, 1, 2, 0, 2}, {"b", 0, 0, 2, 1, 2},
+              {"b", 1, 1, 2, 1, 2}};
+  for (int r = 0; r < 4; ++r) {
+    const auto& w = a.workers[r];
+    EXPECT_EQ(w.rank, r);
+    EXPECT_EQ(w.host, want[r].host);
+    EXPECT_EQ(w.slot, want[r].slot);
+    EXPECT_EQ(w.local_rank, want[r].local_rank);
+    EXPECT_EQ(w.local_size, want[r].local_size);
+    EXPECT_EQ(w.cross_rank, want[r].cross_rank);
+  }
+  const auto& last = a.workers[4];
+  EXPECT_EQ(last.host, "c");
+  EXPECT_EQ(last.local_rank, 0);
+  EXPECT_EQ(last.local_size, 1);
+  EXPECT_EQ(last.cross_rank, 2);
+  EXPECT_EQ(last.cross_size, 3);   // a, b and c all have a local rank 0
+  EXPECT_EQ(a.workers[1].cross_size, 2);  // local rank 1 exists on a and b only
+}
+
+TEST(Assignment, CapsAtTotalSlotsAndFinds) {
+  auto a = rendezvous::assign({{"a", 2}, {"b", 1}}, 10, 4);
+  EXPECT_EQ(a.size(), 3);
+  EXPECT_EQ(a.epoch, 4u);
+  ASSERT_NE(a.find("b", 0), nullptr);
+  EXPECT_EQ(a.find("b", 0)->rank, 2);
+  EXPECT_EQ(a.find("b", 1), nullptr);
+  EXPECT_EQ(a.find("z", 0), nullptr);
+}
+
+}  // namespace
+}  // namespace elasticrun

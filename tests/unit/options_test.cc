@@ -1,0 +1,134 @@
+#include "cmd/options.h"
+#include "cmd/output.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
+
+namespace elasticrun::cmd {
+namespace {
+
+Result<ParseOutcome> parse(std::vector<std::string> args) {
+  args.insert(args.begin(), "elasticrun");
+  std::vector<const char*> argv;
+  for (auto& a : args) argv.push_back(a.c_str());
+  return parse_options(static_cast<int>(argv.size()), argv.data());
+}
+
+TEST(Options, CommandAndItsFlagsPassThroughUntouched) {
+  auto r = parse({"-np", "2", "./train", "--lr", "0.1", "-v", "-np", "9"});
+  ASSERT_TRUE(r.ok()) << r.error();
+  ASSERT_TRUE(r->options);
+  EXPECT_EQ(r->options->np, 2);
+  EXPECT_EQ(r->options->command, (std::vector<std::string>{"./train", "--lr", "0.1", "-v", "-np", "9"}));
+  EXPECT_TRUE(r->options->log_level.empty());  // the program's -v is not ours
+}
+
+TEST(Options, DoubleDashEndsOptions) {
+  auto r = parse({"--np=1", "--", "--weird-program-name"});
+  ASSERT_TRUE(r.ok()) << r.error();
+  EXPECT_EQ(r->options->command, (std::vector<std::string>{"--weird-program-name"}));
+}
+
+TEST(Options, ShortOptionsWithAttachedValues) {
+  auto r = parse({"-Hlocalhost:2", "-xFOO=1", "-x", "BAR=2", "prog"});
+  ASSERT_TRUE(r.ok()) << r.error();
+  EXPECT_EQ(r->options->hosts.size(), 1u);
+  EXPECT_EQ(r->options->np, 2);
+  EXPECT_EQ(r->options->env, (std::vector<std::string>{"FOO=1", "BAR=2"}));
+}
+
+TEST(Options, NoPrefixGuessing) {
+  auto r = parse({"--host", "a:1", "prog"});  // --hosts exists; --host must not match it
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().find("unknown option"), std::string::npos);
+}
+
+TEST(Options, BadInputsHaveClearMessages) {
+  struct Case {
+    std::vector<std::string> args;
+    const char* why;
+  } cases[] = {
+      {{"-np", "0", "prog"}, "at least one"},
+      {{"-np", "-3", "prog"}, "at least one"},
+      {{"-np", "x", "prog"}, "invalid"},
+      {{"-np", "5", "-H", "a:2,b:2", "prog"}, "only 4 slots"},
+      {{"-H", "a:zero", "prog"}, "not a number"},
+      {{"--hostfile", "/nonexistent", "prog"}, "cannot read"},
+      {{"-H", "a", "--hostfile", "/x", "prog"}, "not both"},
+      {{"--bogus", "prog"}, "unknown option '--bogus'"},
+      {{"-np", "2"}, "no command"},
+      {{"--start-timeout", "-1", "prog"}, "positive"},
+      {{"--slots-per-host", "0", "prog"}, "out of range"},
+      {{"-x", "=v", "prog"}, "VAR"},
+  };
+  for (const auto& c : cases) {
+    auto r = parse(c.args);
+    ASSERT_FALSE(r.ok()) << c.args[0];
+    EXPECT_NE(r.error().find(c.why), std::string::npos) << r.error();
+  }
+}
+
+TEST(Options, HelpAndVersionPrint) {
+  auto h = parse({"--help"});
+  ASSERT_TRUE(h.ok());
+  EXPECT_FALSE(h->options);
+  EXPECT_NE(h->print.find("--hostfile"), std::string::npos);
+  auto v = parse({"--version"});
+  ASSERT_TRUE(v.ok());
+  EXPECT_NE(v->print.find("elasticrun "), std::string::npos);
+}
+
+TEST(Options, NpDefaultsToEverySlotOffered) {
+  auto r = parse({"-H", "a:2,b:3", "prog"});
+  ASSERT_TRUE(r.ok()) << r.error();
+  EXPECT_EQ(r->options->np, 5);
+}
+
+std::string slurp(std::FILE* f) {
+  std::rewind(f);
+  std::string s;
+  char buf[4096];
+  while (std::size_t n = std::fread(buf, 1, sizeof buf, f)) s.append(buf, n);
+  return s;
+}
+
+TEST(Output, PrefixesCompleteLinesOnlyAndFlushesTheRest) {
+  std::FILE* out = std::tmpfile();
+  std::FILE* err = std::tmpfile();
+  {
+    OutputRouter r("", out, err);
+    auto w = [&](int rank, int s, std::string_view d) {
+      ASSERT_TRUE(r.write(rank, s, {reinterpret_cast<const std::uint8_t*>(d.data()), d.size()}).ok());
+    };
+    w(1, 1, "hel");
+    w(0, 1, "zero\n");
+    w(1, 1, "lo\nwor");
+    w(1, 2, "oops\n");
+    r.finish(1);
+  }
+  EXPECT_EQ(slurp(out), "[0]<stdout>: zero\n[1]<stdout>: hello\n[1]<stdout>: wor\n");
+  EXPECT_EQ(slurp(err), "[1]<stderr>: oops\n");
+  std::fclose(out);
+  std::fclose(err);
+}
+
+TEST(Output, TeesToPerRankFiles) {
+  char tmpl[] = "/tmp/er-output-XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  std::FILE* devnull = std::fopen("/dev/null", "w");
+  {
+    OutputRouter r(tmpl, devnull, devnull);
+    std::string d = "a\nb";
+    ASSERT_TRUE(r.write(3, 1, {reinterpret_cast<const std::uint8_t*>(d.data()), d.size()}).ok());
+  }
+  std::ifstream f(std::string(tmpl) + "/rank.3/stdout");
+  std::string content((std::istreambuf_iterator<char>(f)), {});
+  EXPECT_EQ(content, "a\nb");
+  std::fclose(devnull);
+  std::system((std::string("rm -rf ") + tmpl).c_str());
+}
+
+}  // namespace
+}  // namespace elasticrun::cmd

@@ -1,0 +1,188 @@
+// The rendezvous server against the real worker-side client, over loopback TCP.
+#include "rendezvous/server.h"
+#include "rendezvous_client.h"
+
+#include <elasticrun/types.hpp>
+
+#include <gtest/gtest.h>
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <future>
+#include <thread>
+
+namespace elasticrun {
+namespace {
+
+namespace asio = boost::asio;
+using collective::Clock;
+using collective::RendezvousClient;
+
+class RendezvousTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    rendezvous::Server::Callbacks cb;
+    cb.on_worker_lost = [this](const rendezvous::WorkerPlace& p, std::uint64_t) { lost_ranks_.push_back(p.rank); };
+    rendezvous::ServerLimits limits;
+    limits.handshake_timeout = std::chrono::milliseconds(500);
+    server_ = std::make_unique<rendezvous::Server>(io_, secret_, asio::ip::tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0),
+                                                   cb, limits);
+    server_->start_epoch(rendezvous::assign({{"h0", 2}, {"h1", 1}}, 3, 1), msg::NotifyKind::abort, "");
+    addr_ = "127.0.0.1:" + std::to_string(server_->port());
+    guard_ = std::make_unique<asio::executor_work_guard<asio::io_context::executor_type>>(io_.get_executor());
+    thread_ = std::thread([this] { io_.run(); });
+  }
+  void TearDown() override {
+    asio::post(io_, [this] { server_->stop(); });
+    guard_.reset();
+    io_.stop();
+    thread_.join();
+  }
+  std::unique_ptr<RendezvousClient> join(const std::string& host, int slot, const auth::Secret* s = nullptr) {
+    return std::make_unique<RendezvousClient>(addr_, s ? *s : secret_, host, slot, 1, Clock::now() + std::chrono::seconds(5));
+  }
+  // A raw TCP connection for sending arbitrary bytes.
+  int raw_connect() {
+    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(server_->port());
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    return fd;
+  }
+  // True if the server closed `fd` within `ms`.
+  static bool closed_by_peer(int fd, int ms) {
+    timeval tv{ms / 1000, (ms % 1000) * 1000};
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    char buf[4096];
+    while (true) {
+      ssize_t n = ::read(fd, buf, sizeof buf);
+      if (n == 0) return true;
+      if (n < 0) return errno == ECONNRESET;
+    }
+  }
+
+  asio::io_context io_;
+  auth::Secret secret_ = auth::random_secret();
+  std::unique_ptr<rendezvous::Server> server_;
+  std::unique_ptr<asio::executor_work_guard<asio::io_context::executor_type>> guard_;
+  std::thread thread_;
+  std::string addr_;
+  std::vector<int> lost_ranks_;
+};
+
+TEST_F(RendezvousTest, JoinAssignsRanksAndTopology) {
+  auto c = join("h1", 0);
+  EXPECT_EQ(c->joined().rank, 2);
+  EXPECT_EQ(c->joined().size, 3);
+  EXPECT_EQ(c->joined().local_size, 1);
+  EXPECT_EQ(c->joined().cross_rank, 1);
+  EXPECT_EQ(c->joined().cross_size, 2);
+}
+
+TEST_F(RendezvousTest, KeyValueGetWaitsForSet) {
+  auto a = join("h0", 0), b = join("h0", 1);
+  std::thread setter([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    a->set("addr/0", {1, 2, 3});
+  });
+  auto v = b->get("addr/0", Clock::now() + std::chrono::seconds(5));
+  setter.join();
+  EXPECT_EQ(v, (collective::Bytes{1, 2, 3}));
+  EXPECT_THROW(b->get("never", Clock::now() + std::chrono::milliseconds(100)), TimeoutError);
+}
+
+TEST_F(RendezvousTest, BarrierReleasesAllOnlyWhenAllArrive) {
+  auto a = join("h0", 0), b = join("h0", 1), c = join("h1", 0);
+  std::atomic<int> passed{0};
+  std::thread ta([&] { a->barrier("x", Clock::now() + std::chrono::seconds(5)); ++passed; });
+  std::thread tb([&] { b->barrier("x", Clock::now() + std::chrono::seconds(5)); ++passed; });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_EQ(passed.load(), 0);
+  c->barrier("x", Clock::now() + std::chrono::seconds(5));
+  ta.join();
+  tb.join();
+  EXPECT_EQ(passed.load(), 2);
+}
+
+TEST_F(RendezvousTest, WrongSecretIsRefused) {
+  auto wrong = auth::random_secret();
+  EXPECT_THROW(join("h0", 0, &wrong), ProtocolError);
+  auto ok = join("h0", 0);  // the server still serves the others
+  EXPECT_EQ(ok->joined().rank, 0);
+}
+
+TEST_F(RendezvousTest, UnknownSlotIsRefused) {
+  EXPECT_THROW(join("h9", 0), Error);
+  EXPECT_THROW(join("h1", 1), Error);
+}
+
+TEST_F(RendezvousTest, GarbageAndOversizedFramesCloseOnlyThatConnection) {
+  auto good = join("h0", 0);
+  int g = raw_connect();
+  std::string junk = "GET / HTTP/1.0\r\n\r\n";
+  ASSERT_EQ(::write(g, junk.data(), junk.size()), static_cast<ssize_t>(junk.size()));
+  EXPECT_TRUE(closed_by_peer(g, 2000));
+  ::close(g);
+  int big = raw_connect();
+  auto h = encode_header(msg::kAuth, kMaxFramePayload + 1);
+  ASSERT_EQ(::write(big, h.data(), h.size()), static_cast<ssize_t>(h.size()));
+  EXPECT_TRUE(closed_by_peer(big, 2000));
+  ::close(big);
+  // Silent connections are dropped at the handshake deadline.
+  int silent = raw_connect();
+  EXPECT_TRUE(closed_by_peer(silent, 3000));
+  ::close(silent);
+  good->set("still", {9});
+  EXPECT_EQ(good->get("still", Clock::now() + std::chrono::seconds(2)), (collective::Bytes{9}));
+}
+
+TEST_F(RendezvousTest, MalformedFrameAfterJoinClosesThatWorker) {
+  int fd = raw_connect();
+  // A well-framed but undecodable auth message.
+  auto f = encode_frame(Frame{msg::kAuth, {1, 2, 3}});
+  // Read the hello first so the server is in the auth phase.
+  char buf[256];
+  ASSERT_GT(::read(fd, buf, sizeof buf), 0);
+  ASSERT_EQ(::write(fd, f.data(), f.size()), static_cast<ssize_t>(f.size()));
+  EXPECT_TRUE(closed_by_peer(fd, 2000));
+  ::close(fd);
+}
+
+TEST_F(RendezvousTest, NotificationsRaiseTheAbortSignalPromptly) {
+  auto c = join("h0", 0);
+  auto t0 = Clock::now();
+  asio::post(io_, [this] { server_->notify_all(msg::NotifyKind::abort, "rank 1 died"); });
+  while (!c->abort_signal()->raised() && Clock::now() - t0 < std::chrono::seconds(2))
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  ASSERT_TRUE(c->abort_signal()->raised());
+  EXPECT_LT(Clock::now() - t0, std::chrono::milliseconds(200));
+  EXPECT_THROW(c->abort_signal()->check(), WorkersFailed);
+  EXPECT_EQ(c->abort_signal()->reason(), "rank 1 died");
+  // A blocked get returns with the abort rather than at its deadline.
+  EXPECT_THROW(c->get("never", Clock::now() + std::chrono::seconds(10)), WorkersFailed);
+}
+
+TEST_F(RendezvousTest, ConnectionLossWithoutLeaveIsReported) {
+  {
+    auto c = join("h0", 1);
+    c->leave();  // a clean exit: not a loss
+  }
+  { auto d = join("h1", 0); }  // closes without leave, as a crashed worker would
+  int fd = raw_connect();
+  ::close(fd);  // never joined: not a worker loss
+  std::vector<int> lost;
+  for (int i = 0; i < 100 && lost.empty(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    std::promise<std::vector<int>> p;
+    asio::post(io_, [&] { p.set_value(lost_ranks_); });
+    lost = p.get_future().get();
+  }
+  EXPECT_EQ(lost, (std::vector<int>{2}));
+}
+
+}  // namespace
+}  // namespace elasticrun

@@ -1,0 +1,164 @@
+#include "common/auth.h"
+#include "common/frame.h"
+#include "common/messages.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+
+namespace elasticrun {
+namespace {
+
+TEST(Wire, RoundTripsEveryFieldKind) {
+  wire::Encoder e;
+  e.u8(7).u32(0xdeadbeef).u64(1ull << 40).i32(-5).str("héllo").strings({"a", "", "c"});
+  wire::Bytes b = e.take();
+  wire::Decoder d(b);
+  EXPECT_EQ(d.u8(), 7);
+  EXPECT_EQ(d.u32(), 0xdeadbeefu);
+  EXPECT_EQ(d.u64(), 1ull << 40);
+  EXPECT_EQ(d.i32(), -5);
+  EXPECT_EQ(d.str(), "héllo");
+  EXPECT_EQ(d.strings(), (std::vector<std::string>{"a", "", "c"}));
+  EXPECT_NO_THROW(d.finish());
+}
+
+TEST(Wire, TruncatedInputThrowsDecodeError) {
+  wire::Bytes b = wire::Encoder().str("abcdef").take();
+  b.resize(b.size() - 1);
+  wire::Decoder d(b);
+  EXPECT_THROW(d.str(), wire::DecodeError);
+}
+
+TEST(Wire, OversizedFieldsAndListsAreRejected) {
+  wire::Bytes b = wire::Encoder().u32(1000).take();
+  wire::Decoder d(b, /*max_string=*/10);
+  EXPECT_THROW(d.str(), wire::DecodeError);
+  wire::Bytes l = wire::Encoder().u32(1u << 30).take();
+  wire::Decoder dl(l);
+  EXPECT_THROW(dl.strings(), wire::DecodeError);
+}
+
+TEST(Wire, TrailingBytesFailFinish) {
+  wire::Bytes b = wire::Encoder().u32(1).u8(0).take();
+  wire::Decoder d(b);
+  d.u32();
+  EXPECT_THROW(d.finish(), wire::DecodeError);
+}
+
+TEST(Frame, ParserReassemblesFramesSplitAnywhere) {
+  wire::Bytes stream;
+  for (int i = 0; i < 5; ++i) {
+    auto f = encode_frame(msg::to_frame(msg::KvSet{static_cast<std::uint64_t>(i), "k" + std::to_string(i), wire::Bytes(i * 100, 1)}));
+    stream.insert(stream.end(), f.begin(), f.end());
+  }
+  for (std::size_t chunk : {1u, 3u, 7u, 64u, 100000u}) {
+    FrameParser p;
+    std::vector<Frame> got;
+    for (std::size_t off = 0; off < stream.size(); off += chunk) {
+      std::size_t n = std::min(chunk, stream.size() - off);
+      ASSERT_TRUE(p.feed({stream.data() + off, n}).ok());
+      while (p.has_frame()) got.push_back(p.pop());
+    }
+    ASSERT_EQ(got.size(), 5u) << "chunk " << chunk;
+    for (int i = 0; i < 5; ++i) {
+      auto m = msg::parse<msg::KvSet>(got[i]);
+      EXPECT_EQ(m.req, static_cast<std::uint64_t>(i));
+      EXPECT_EQ(m.value.size(), static_cast<std::size_t>(i * 100));
+    }
+  }
+}
+
+TEST(Frame, BadMagicVersionAndLengthAreRejected) {
+  FrameParser p;
+  const char* http = "GET / HTTP/1.1\r\n\r\n";
+  auto r = p.feed({reinterpret_cast<const std::uint8_t*>(http), std::strlen(http)});
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().find("magic"), std::string::npos);
+
+  auto h = encode_header(msg::kJoin, 10);
+  h[3] = 9;
+  FrameParser p2;
+  EXPECT_FALSE(p2.feed(h).ok());
+
+  auto big = encode_header(msg::kJoin, kMaxFramePayload + 1);
+  FrameParser p3;
+  auto r3 = p3.feed(big);
+  ASSERT_FALSE(r3.ok());
+  EXPECT_NE(r3.error().find("limit"), std::string::npos);
+}
+
+TEST(Frame, RandomGarbageNeverCrashesTheDecoders) {
+  std::mt19937 rng(42);
+  for (int i = 0; i < 2000; ++i) {
+    wire::Bytes junk(rng() % 64);
+    for (auto& b : junk) b = static_cast<std::uint8_t>(rng());
+    Frame f{static_cast<std::uint8_t>(rng() % 48), junk};
+    // Each decoder either succeeds or throws DecodeError; nothing else escapes.
+    auto attempt = [&](auto tag) {
+      using M = decltype(tag);
+      try {
+        f.type = M::kType;
+        (void)msg::parse<M>(f);
+      } catch (const wire::DecodeError&) {
+      }
+    };
+    attempt(msg::Hello{});
+    attempt(msg::Auth{});
+    attempt(msg::Join{});
+    attempt(msg::KvSet{});
+    attempt(msg::KvGet{});
+    attempt(msg::Notify{});
+    attempt(msg::Spawn{});
+    attempt(msg::Output{});
+    attempt(msg::Exited{});
+  }
+}
+
+TEST(Messages, ParseRejectsTheWrongType) {
+  Frame f = msg::to_frame(msg::Ok{3});
+  EXPECT_THROW(msg::parse<msg::Join>(f), wire::DecodeError);
+}
+
+TEST(Messages, SpawnRoundTrips) {
+  msg::Spawn s{3, 7, 2, 4, {"./train", "--lr", "0.1"}, {"A=1", "B=two"}};
+  auto back = msg::parse<msg::Spawn>(msg::to_frame(s));
+  EXPECT_EQ(back.slot, 3u);
+  EXPECT_EQ(back.epoch, 7u);
+  EXPECT_EQ(back.rank, 2);
+  EXPECT_EQ(back.argv, s.argv);
+  EXPECT_EQ(back.env, s.env);
+}
+
+TEST(Auth, ProofsDependOnSecretNoncesAndRole) {
+  auto s = auth::random_secret(), other = auth::random_secret();
+  auto sn = auth::random_nonce(), cn = auth::random_nonce();
+  auto p = auth::client_proof(s, "worker", sn, cn);
+  EXPECT_TRUE(auth::digest_equal(p, auth::client_proof(s, "worker", sn, cn)));
+  EXPECT_FALSE(auth::digest_equal(p, auth::client_proof(other, "worker", sn, cn)));
+  EXPECT_FALSE(auth::digest_equal(p, auth::client_proof(s, "daemon", sn, cn)));
+  EXPECT_FALSE(auth::digest_equal(p, auth::client_proof(s, "worker", auth::random_nonce(), cn)));
+  // The server's proof is not the client's (no reflection).
+  EXPECT_FALSE(auth::digest_equal(p, auth::server_proof(s, "worker", sn, cn)));
+}
+
+TEST(Auth, HmacMatchesAnIndependentImplementation) {
+  // Expected value from Python: hmac.new(bytes(32), b"abc", hashlib.sha256).hexdigest()
+  auth::Secret zero{};
+  std::string m = "abc";
+  auto d = auth::hmac_sha256(zero, {reinterpret_cast<const std::uint8_t*>(m.data()), m.size()});
+  EXPECT_EQ(auth::to_hex(d), "fd7adb152c05ef80dccf50a1fa4c05d5a3ec6da95575fc312ae7c5d091836351");
+}
+
+TEST(Auth, SecretHexRoundTripAndRejection) {
+  auto s = auth::random_secret();
+  auto back = auth::secret_from_hex(auth::to_hex(s) + "\n");
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(*back, s);
+  EXPECT_FALSE(auth::secret_from_hex("abc").ok());
+  EXPECT_FALSE(auth::secret_from_hex(std::string(64, 'g')).ok());
+}
+
+}  // namespace
+}  // namespace elasticrun
