@@ -7,6 +7,9 @@
 #include <boost/process/extend.hpp>
 
 #include <sys/prctl.h>
+#include <sys/wait.h>
+
+#include <thread>
 
 #include <csignal>
 #include <deque>
@@ -76,11 +79,19 @@ class LocalDaemon final : public DaemonLink {
       : DaemonLink(std::move(host), std::move(ev)), in_(io), out_(io) {}
   ~LocalDaemon() override {
     close();
-    if (child_ && child_->valid()) {
-      std::error_code ec;
-      child_->wait_for(std::chrono::seconds(3), ec);
-      if (child_->running(ec)) child_->terminate(ec);
+    if (!child_ || !child_->valid()) return;
+    // Reap the daemon; it exits once its workers are gone. (Boost's wait_for can
+    // oversleep its whole timeout, so poll waitpid ourselves.)
+    int pid = child_->id(), status = 0;
+    for (int i = 0; i < 600; ++i) {
+      if (::waitpid(pid, &status, WNOHANG) == pid) {
+        child_->detach();
+        return;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
+    std::error_code ec;
+    child_->terminate(ec);
   }
 
   Result<void> start(const std::string& path, const std::string& log_level) {

@@ -187,7 +187,7 @@ Result<std::string> resolve_executable(const std::string& program, const std::ve
     struct stat st {};
     if (::stat(path.c_str(), &st) != 0) return fail("'" + path + "': no such file");
     if (!S_ISREG(st.st_mode)) return fail("'" + path + "' is not a regular file");
-    if (::access(path.c_str(), X_OK) != 0) return fail("'" + path + "' is not executable");
+    if ((st.st_mode & 0111) == 0 || ::access(path.c_str(), X_OK) != 0) return fail("'" + path + "' is not executable");
     return path;
   };
   if (program.find('/') != std::string::npos) return check(program);

@@ -34,7 +34,10 @@ void allreduce_rd(Step& st, const void* in, void* out, std::size_t count, DataTy
   std::size_t bytes = count * size_of(t);
   if (in != out) std::memcpy(out, in, bytes);
   schedule::RecursiveDoubling plan = schedule::recursive_doubling(r, n);
-  std::uint64_t last_tag = plan.partners.size() + 1;
+  // The hand-back tag follows every round's; folded-out ranks have no rounds of
+  // their own, so derive it from the common power of two.
+  std::uint64_t last_tag = 1;
+  for (int p = 1; p < plan.pow2; p <<= 1) ++last_tag;
   if (plan.folded_out) {
     Request send = st.tp.isend(plan.fold_peer, st.tag(0), out, bytes);
     st.tp.wait(send, st.deadline, st.what);

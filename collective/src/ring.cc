@@ -56,6 +56,7 @@ class RingRunner {
   }
 
   void run() {
+    if (steps_ == 0) return;  // a world of one has nothing to move
     std::size_t total = static_cast<std::size_t>(steps_) * nchunks_;
     recvs_.assign(window_, {});
     sends_.reserve(total);

@@ -3,6 +3,7 @@
 #include <elasticrun/types.hpp>
 
 #include <poll.h>
+#include <sched.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -171,6 +172,7 @@ bool UcxTransport::reap(Request& r, const char* what) {
 
 void UcxTransport::wait(std::span<Request> reqs, Clock::time_point deadline, const char* what) {
   unsigned spins = 0;
+  Clock::time_point idle_since{};
   for (;;) {
     bool all = true;
     for (Request& r : reqs) all = reap(r, what) && all;
@@ -179,10 +181,26 @@ void UcxTransport::wait(std::span<Request> reqs, Clock::time_point deadline, con
       cancel_all();
       abort_->throw_error();
     }
-    if (ucp_worker_progress(worker_.get()) != 0) continue;
+    if (ucp_worker_progress(worker_.get()) != 0) {
+      idle_since = {};
+      continue;
+    }
     if ((++spins & 63) == 0 && Clock::now() >= deadline) fail_timeout(reqs, what);
-    if (opts_.blocking) wait_for_event(deadline);
+    if (opts_.blocking) idle(idle_since, deadline);
   }
+}
+
+// Oversubscribed waiting: while a collective is active the next message usually
+// comes within microseconds, so first yield the core (to the peer we wait for) and
+// poll again; only after kYieldWindow without progress pay for arm + poll() + wakeup.
+void UcxTransport::idle(Clock::time_point& idle_since, Clock::time_point deadline) {
+  auto now = Clock::now();
+  if (idle_since == Clock::time_point{}) idle_since = now;
+  if (now - idle_since < opts_.yield_window) {
+    sched_yield();
+    return;
+  }
+  wait_for_event(deadline);
 }
 
 // Sleeps until the worker has events, the abort is raised, or the deadline passes.

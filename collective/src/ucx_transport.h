@@ -10,7 +10,8 @@
 //
 // Progress: `busy` spins in ucp_worker_progress (fastest when every rank has a
 // core); `block` arms the worker and poll()s its event fd together with the abort
-// fd, so oversubscribed ranks give their core to the peer they wait for.
+// fd, so oversubscribed ranks give their core to the peer they wait for (after a
+// short sched_yield() window, which keeps latency low inside an active collective).
 #pragma once
 
 #include "abort_signal.h"
@@ -33,6 +34,8 @@ class UcxTransport final : public Transport {
     std::string scope;
     bool blocking = false;
     std::chrono::milliseconds timeout{300000};  // bounds fetching a peer's address
+    // Blocking mode yields (sched_yield) this long without progress before it sleeps.
+    std::chrono::microseconds yield_window{1000};
   };
 
   UcxTransport(const Options& opts, std::shared_ptr<Store> store, std::shared_ptr<AbortSignal> abort);
@@ -64,6 +67,7 @@ class UcxTransport final : public Transport {
   ucp_ep_h endpoint(int peer, Clock::time_point deadline);
   Request track(ucs_status_ptr_t p, int peer, bool recv, const char* what);
   bool reap(Request& r, const char* what);
+  void idle(Clock::time_point& idle_since, Clock::time_point deadline);
   void wait_for_event(Clock::time_point deadline);
   [[noreturn]] void fail_timeout(std::span<Request> reqs, const char* what);
   void drain(Clock::time_point until);

@@ -1,0 +1,286 @@
+#include "sweep.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <stdexcept>
+
+namespace bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Samples per size: enough for a stable median, few enough that the barriers
+// between batches do not dominate the run time of small sizes.
+constexpr int kMaxSamples = 25;
+// Every size gets at least this many timed calls, whatever the byte budget says.
+constexpr int kMinIters = 3;
+
+// The launcher-given rank, before any library is initialised (for messages only).
+int launcher_rank() {
+  for (const char* name : {"ELASTICRUN_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK"})
+    if (const char* v = std::getenv(name)) return std::atoi(v);
+  return 0;
+}
+
+[[noreturn]] void usage(const char* prog, const std::string& extra_help, int status) {
+  if (launcher_rank() == 0) {
+    std::FILE* f = status == 0 ? stdout : stderr;
+    std::fprintf(f,
+                 "usage: %s [options]\n"
+                 "  --min-bytes N    smallest message (default 8; K/M/G suffixes allowed)\n"
+                 "  --max-bytes N    largest message (default 256M)\n"
+                 "  --step F         size multiplier between rows, 2 or 4 (default 2)\n"
+                 "  --iters N        most timed calls per size (default 200)\n"
+                 "  --warmup N       most untimed calls per size (default 20)\n"
+                 "  --budget N       timed bytes per size; large sizes run budget/bytes calls,\n"
+                 "                   at least %d (default 1G)\n"
+                 "  --dtype T        f32|f64|i32 (default f32)\n"
+                 "  --op OP          sum|min|max (default sum)\n"
+                 "  --csv            machine-readable output\n"
+                 "  --no-check       skip the result check (the ok column says '-')\n"
+                 "%s",
+                 prog, kMinIters, extra_help.c_str());
+  }
+  std::exit(status);
+}
+
+// "4096", "64K", "256M", "1G" -> bytes. Throws on anything else.
+std::size_t parse_size(const std::string& s) {
+  std::size_t pos = 0;
+  unsigned long long v = std::stoull(s, &pos);
+  std::string unit = s.substr(pos);
+  if (unit == "K" || unit == "k") v <<= 10;
+  else if (unit == "M" || unit == "m") v <<= 20;
+  else if (unit == "G" || unit == "g") v <<= 30;
+  else if (!unit.empty()) throw std::invalid_argument("unknown unit '" + unit + "'");
+  return static_cast<std::size_t>(v);
+}
+
+// Buffers are page-aligned and touched once up front, so page faults never land in
+// a timed call and every implementation sees the same memory.
+struct AlignedFree {
+  void operator()(void* p) const { std::free(p); }
+};
+using Buffer = std::unique_ptr<std::byte, AlignedFree>;
+
+Buffer allocate(std::size_t bytes) {
+  std::size_t rounded = (std::max<std::size_t>(bytes, 1) + 4095) / 4096 * 4096;
+  auto* p = static_cast<std::byte*>(std::aligned_alloc(4096, rounded));
+  if (!p) throw std::runtime_error("out of memory allocating " + std::to_string(bytes) + " bytes");
+  std::memset(p, 0, rounded);
+  return Buffer(p);
+}
+
+// Input element i on rank r is (r + 1) * v(i) with v(i) = 1 + i % 7: small
+// integers, so sums, minima and maxima are exact in every type and the expected
+// result has a closed form.
+template <class T>
+void fill_input(void* buf, std::size_t count, int rank) {
+  auto* p = static_cast<T*>(buf);
+  for (std::size_t i = 0; i < count; ++i) p[i] = static_cast<T>((rank + 1) * (1 + static_cast<int>(i % 7)));
+}
+
+template <class T>
+bool check_output(const void* buf, std::size_t count, int n, Op op) {
+  const auto* p = static_cast<const T*>(buf);
+  long long factor = op == Op::sum ? 1LL * n * (n + 1) / 2 : op == Op::max ? n : 1;
+  for (std::size_t i = 0; i < count; ++i)
+    if (p[i] != static_cast<T>(factor * (1 + static_cast<long long>(i % 7)))) return false;
+  return true;
+}
+
+void fill_input(Dtype t, void* buf, std::size_t count, int rank) {
+  switch (t) {
+    case Dtype::f32: return fill_input<float>(buf, count, rank);
+    case Dtype::f64: return fill_input<double>(buf, count, rank);
+    case Dtype::i32: return fill_input<std::int32_t>(buf, count, rank);
+  }
+}
+
+bool check_output(Dtype t, const void* buf, std::size_t count, int n, Op op) {
+  switch (t) {
+    case Dtype::f32: return check_output<float>(buf, count, n, op);
+    case Dtype::f64: return check_output<double>(buf, count, n, op);
+    case Dtype::i32: return check_output<std::int32_t>(buf, count, n, op);
+  }
+  return false;
+}
+
+struct Row {
+  std::size_t bytes = 0, count = 0;
+  int iters = 0;
+  double time_us = 0;
+  bool ok = true;
+};
+
+// How many timed and untimed calls a size gets: all of --iters for small
+// messages, budget/bytes (at least kMinIters) for large ones.
+int iters_for(const Options& o, std::size_t bytes) {
+  std::size_t by_budget = o.budget_bytes / std::max<std::size_t>(bytes, 1);
+  return static_cast<int>(std::clamp<std::size_t>(by_budget, kMinIters, std::max(o.iters, kMinIters)));
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  std::size_t m = v.size() / 2;
+  return v.size() % 2 ? v[m] : (v[m - 1] + v[m]) / 2;
+}
+
+// Times one size: warm-up calls, then batches of back-to-back calls, each after a
+// barrier. Timing a batch rather than each call keeps the clock and the barrier's
+// exit skew out of small-message latencies; the median over batches drops the
+// batches a noisy neighbour (or the other ranks sharing our core) disturbed.
+Row measure(Backend& b, const Options& o, std::size_t count, const void* in, void* out) {
+  Row row;
+  row.count = count;
+  row.bytes = count * size_of(o.dtype);
+  row.iters = iters_for(o, row.bytes);
+  int warmup = std::min(o.warmup, std::max(1, row.iters / 5));
+  int per_batch = std::max(1, row.iters / kMaxSamples);
+  int samples = std::max(1, row.iters / per_batch);
+  row.iters = samples * per_batch;
+
+  // Poison the output so a call that writes nothing cannot pass the check.
+  std::memset(out, 0xff, row.bytes);
+  for (int i = 0; i < warmup; ++i) b.allreduce(in, out, count, o.dtype, o.op);
+
+  std::vector<double> per_call_us;
+  per_call_us.reserve(samples);
+  for (int s = 0; s < samples; ++s) {
+    b.barrier();
+    auto t0 = Clock::now();
+    for (int i = 0; i < per_batch; ++i) b.allreduce(in, out, count, o.dtype, o.op);
+    std::chrono::duration<double, std::micro> dt = Clock::now() - t0;
+    per_call_us.push_back(dt.count() / per_batch);
+  }
+  row.time_us = b.max_over_ranks(median(per_call_us));
+  if (o.check) {
+    bool mine = check_output(o.dtype, out, count, b.size(), o.op);
+    row.ok = b.max_over_ranks(mine ? 0.0 : 1.0) == 0.0;
+  }
+  return row;
+}
+
+void print_header(const Backend& b, const Options& o) {
+  if (o.csv) {
+    std::printf("impl,ranks,bytes,count,dtype,op,iters,time_us,algbw_gbs,busbw_gbs,ok\n");
+    return;
+  }
+  std::printf("# %s allreduce: %d ranks, %s %s, out of place; time = max over ranks of the median call\n",
+              b.name(), b.size(), name_of(o.dtype), name_of(o.op));
+  std::printf("# %12s %12s %6s %12s %11s %11s %4s\n", "bytes", "count", "iters", "time_us", "algbw_GB/s",
+              "busbw_GB/s", "ok");
+}
+
+void print_row(const Backend& b, const Options& o, const Row& r) {
+  int n = b.size();
+  double algbw = r.time_us > 0 ? static_cast<double>(r.bytes) / (r.time_us * 1e3) : 0;  // GB/s
+  double busbw = algbw * 2.0 * (n - 1) / n;
+  const char* ok = !o.check ? "-" : r.ok ? "yes" : "NO";
+  if (o.csv) {
+    std::printf("%s,%d,%zu,%zu,%s,%s,%d,%.3f,%.6g,%.6g,%s\n", b.name(), n, r.bytes, r.count, name_of(o.dtype),
+                name_of(o.op), r.iters, r.time_us, algbw, busbw, ok);
+  } else {
+    std::printf("  %12zu %12zu %6d %12.2f %11.3f %11.3f %4s\n", r.bytes, r.count, r.iters, r.time_us, algbw, busbw,
+                ok);
+  }
+  std::fflush(stdout);
+}
+
+}  // namespace
+
+std::size_t size_of(Dtype t) { return t == Dtype::f64 ? 8 : 4; }
+
+const char* name_of(Dtype t) {
+  switch (t) {
+    case Dtype::f32: return "f32";
+    case Dtype::f64: return "f64";
+    case Dtype::i32: return "i32";
+  }
+  return "?";
+}
+
+const char* name_of(Op op) {
+  switch (op) {
+    case Op::sum: return "sum";
+    case Op::min: return "min";
+    case Op::max: return "max";
+  }
+  return "?";
+}
+
+Options parse_options(int argc, char** argv, const std::vector<std::string>& extra_flags,
+                      const std::string& extra_help) {
+  Options o;
+  const char* prog = argc > 0 ? argv[0] : "bench";
+  for (int i = 1; i < argc; ++i) {
+    std::string flag = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) usage(prog, extra_help, 2);
+      return argv[++i];
+    };
+    try {
+      if (flag == "-h" || flag == "--help") usage(prog, extra_help, 0);
+      else if (flag == "--csv") o.csv = true;
+      else if (flag == "--no-check") o.check = false;
+      else if (flag == "--min-bytes") o.min_bytes = parse_size(value());
+      else if (flag == "--max-bytes") o.max_bytes = parse_size(value());
+      else if (flag == "--budget") o.budget_bytes = parse_size(value());
+      else if (flag == "--step") o.step = parse_size(value());
+      else if (flag == "--iters") o.iters = std::stoi(value());
+      else if (flag == "--warmup") o.warmup = std::stoi(value());
+      else if (flag == "--dtype") {
+        std::string v = value();
+        if (v == "f32") o.dtype = Dtype::f32;
+        else if (v == "f64") o.dtype = Dtype::f64;
+        else if (v == "i32") o.dtype = Dtype::i32;
+        else throw std::invalid_argument("unknown dtype '" + v + "'");
+      } else if (flag == "--op") {
+        std::string v = value();
+        if (v == "sum") o.op = Op::sum;
+        else if (v == "min") o.op = Op::min;
+        else if (v == "max") o.op = Op::max;
+        else throw std::invalid_argument("unknown op '" + v + "'");
+      } else if (std::find(extra_flags.begin(), extra_flags.end(), flag) != extra_flags.end()) {
+        o.extra[flag] = value();
+      } else {
+        throw std::invalid_argument("unknown flag");
+      }
+    } catch (const std::exception& e) {
+      if (launcher_rank() == 0) std::fprintf(stderr, "%s: %s: %s\n", prog, flag.c_str(), e.what());
+      usage(prog, extra_help, 2);
+    }
+  }
+  if (o.step < 2 || o.min_bytes > o.max_bytes || o.iters < 1 || o.warmup < 0) {
+    if (launcher_rank() == 0)
+      std::fprintf(stderr, "%s: need --step >= 2, --min-bytes <= --max-bytes, --iters >= 1, --warmup >= 0\n", prog);
+    std::exit(2);
+  }
+  return o;
+}
+
+int run_sweep(Backend& b, const Options& o) {
+  std::size_t elem = size_of(o.dtype);
+  std::size_t max_count = std::max<std::size_t>(o.max_bytes / elem, 1);
+  Buffer in = allocate(max_count * elem), out = allocate(max_count * elem);
+  fill_input(o.dtype, in.get(), max_count, b.rank());
+
+  if (b.rank() == 0) print_header(b, o);
+  bool all_ok = true;
+  for (std::size_t bytes = o.min_bytes; bytes <= o.max_bytes; bytes *= o.step) {
+    std::size_t count = std::max<std::size_t>(bytes / elem, 1);
+    Row r = measure(b, o, count, in.get(), out.get());
+    all_ok = all_ok && r.ok;
+    if (b.rank() == 0) print_row(b, o, r);
+    if (bytes > std::numeric_limits<std::size_t>::max() / o.step) break;
+  }
+  return all_ok ? 0 : 1;
+}
+
+}  // namespace bench

@@ -1,0 +1,54 @@
+// Communicators are rebuilt every epoch: building and destroying them, also after
+// an abort, must not leak file descriptors, threads or shared-memory segments.
+#include "rank_fixture.h"
+
+#include <gtest/gtest.h>
+
+#include <dirent.h>
+
+#include <string>
+#include <vector>
+
+namespace elasticrun::collective::testing {
+namespace {
+
+int count_entries(const char* dir) {
+  int n = 0;
+  if (DIR* d = ::opendir(dir)) {
+    while (::readdir(d)) ++n;
+    ::closedir(d);
+  }
+  return n;
+}
+
+void one_epoch(int epoch, bool abort_midway) {
+  World w(3);
+  CommConfig cfg;
+  cfg.timeout = std::chrono::seconds(30);
+  run_ranks(w, cfg, "e" + std::to_string(epoch) + "/", [&](int r, elasticrun::Communicator& c) {
+    std::vector<float> buf(100000, 1.0f);
+    c.allreduce(buf.data(), buf.data(), buf.size(), DataType::f32, ReduceOp::sum);
+    c.barrier();
+    if (abort_midway) {
+      if (r == 2) return;  // never joins; the others are aborted
+      if (r == 0) {
+        w.aborts[0]->raise(AbortSignal::Kind::hosts_updated, "grow");
+        w.aborts[1]->raise(AbortSignal::Kind::hosts_updated, "grow");
+      }
+      EXPECT_THROW(c.allreduce(buf.data(), buf.data(), buf.size(), DataType::f32, ReduceOp::sum), HostsUpdated);
+    }
+  });
+}
+
+TEST(Lifecycle, RebuildingDoesNotLeak) {
+  one_epoch(0, false);  // UCX sets up process-wide state once; count after that
+  int fds = count_entries("/proc/self/fd"), threads = count_entries("/proc/self/task");
+  int shm = count_entries("/dev/shm");
+  for (int e = 1; e <= 4; ++e) one_epoch(e, e % 2 == 0);
+  EXPECT_EQ(count_entries("/proc/self/fd"), fds);
+  EXPECT_EQ(count_entries("/proc/self/task"), threads);
+  EXPECT_LE(count_entries("/dev/shm"), shm);
+}
+
+}  // namespace
+}  // namespace elasticrun::collective::testing

@@ -1,0 +1,77 @@
+"""Shared fixtures: paths to the real binaries, and a check that no test leaves a process behind."""
+import os
+import signal
+import subprocess
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+BUILD = Path(os.environ.get("ELASTICRUN_BUILD", ROOT / "build"))
+ELASTICRUN = BUILD / "cmd" / "elasticrun"
+ELASTICRUND = BUILD / "daemon" / "elasticrund"
+TESTPROG = BUILD / "tests" / "testprog"
+EXAMPLES = BUILD / "examples"
+
+
+def our_processes(marker):
+    """Pids of live (non-zombie) processes whose command line or environment mentions `marker`."""
+    found = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit() or int(d.name) == os.getpid():
+            continue
+        try:
+            stat = (d / "stat").read_text()
+            if stat.rsplit(")", 1)[1].split()[0] == "Z":
+                continue
+            blob = (d / "cmdline").read_bytes() + (d / "environ").read_bytes()
+        except OSError:
+            continue
+        if marker.encode() in blob:
+            found.append(int(d.name))
+    return found
+
+
+class Job:
+    """One run of elasticrun with a unique tag in its environment, so that every process
+    it starts (daemons, workers, their children) can be found afterwards."""
+
+    def __init__(self, tag):
+        self.tag = tag
+
+    def env(self, extra=None):
+        env = dict(os.environ)
+        env["ER_TEST_TAG"] = self.tag
+        env.setdefault("ELASTICRUN_COLLECTIVE_TIMEOUT", "60")
+        if extra:
+            env.update(extra)
+        return env
+
+    def run(self, args, timeout=60, env=None, **kw):
+        return subprocess.run([str(ELASTICRUN), *map(str, args)], capture_output=True, text=True,
+                              timeout=timeout, env=self.env(env), **kw)
+
+    def start(self, args, env=None):
+        return subprocess.Popen([str(ELASTICRUN), *map(str, args)], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, env=self.env(env))
+
+
+@pytest.fixture
+def job():
+    tag = "er-test-" + uuid.uuid4().hex[:12]
+    j = Job(tag)
+    yield j
+    # No orphans: everything the job started must be gone shortly after it ended.
+    deadline = time.monotonic() + 5
+    left = our_processes(tag)
+    while left and time.monotonic() < deadline:
+        time.sleep(0.05)
+        left = our_processes(tag)
+    for pid in left:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    assert not left, f"processes left behind by the job: {left}"

@@ -1,0 +1,237 @@
+"""End-to-end runs of the real elasticrun / elasticrund / libelasticrun on this machine."""
+import os
+import re
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import ELASTICRUN, EXAMPLES, TESTPROG, our_processes
+
+
+def test_four_workers_join_with_correct_topology(job):
+    r = job.run(["-np", 4, "-H", "localhost:2,127.0.0.2:2", TESTPROG, "--topology"])
+    assert r.returncode == 0, r.stderr
+    lines = sorted(l for l in r.stdout.splitlines() if "local_rank" in l)
+    want = {
+        0: "rank 0 size 4 local_rank 0 local_size 2 cross_rank 0 cross_size 2 host localhost",
+        1: "rank 1 size 4 local_rank 1 local_size 2 cross_rank 0 cross_size 2 host localhost",
+        2: "rank 2 size 4 local_rank 0 local_size 2 cross_rank 1 cross_size 2 host 127.0.0.2",
+        3: "rank 3 size 4 local_rank 1 local_size 2 cross_rank 1 cross_size 2 host 127.0.0.2",
+    }
+    for rank, text in want.items():
+        assert f"[{rank}]<stdout>: {text}" in lines
+
+
+def test_uneven_hosts_layout(job):
+    r = job.run(["-np", 5, "-H", "localhost:3,127.0.0.2:1,127.0.0.3:2", TESTPROG, "--topology"])
+    assert r.returncode == 0, r.stderr
+    assert "[3]<stdout>: rank 3 size 5 local_rank 0 local_size 1 cross_rank 1 cross_size 3 host 127.0.0.2" in r.stdout
+    assert "[4]<stdout>: rank 4 size 5 local_rank 0 local_size 1 cross_rank 2 cross_size 3 host 127.0.0.3" in r.stdout
+    assert "[2]<stdout>: rank 2 size 5 local_rank 2 local_size 3 cross_rank 0 cross_size 1 host localhost" in r.stdout
+
+
+def test_hostfile(job, tmp_path):
+    hf = tmp_path / "hosts"
+    hf.write_text("# two hosts\nlocalhost slots=1\n127.0.0.2 slots=2\n")
+    r = job.run(["--hostfile", hf, TESTPROG, "--topology"])
+    assert r.returncode == 0, r.stderr
+    assert "[2]<stdout>: rank 2 size 3 local_rank 1 local_size 2" in r.stdout
+
+
+@pytest.mark.skipif(not (EXAMPLES / "allreduce_check").exists(), reason="allreduce_check not built")
+def test_allreduce_check_four_ranks(job):
+    r = job.run(["-np", 4, EXAMPLES / "allreduce_check"], timeout=300)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert r.stdout.count("allreduce_check: OK") == 4
+
+
+def test_command_and_its_flags_pass_through(job):
+    r = job.run(["-np", 2, "sh", "-c", 'echo "args:$*"', "sh", "--lr", "0.1", "-v", "-np", "7"])
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.count("args:--lr 0.1 -v -np 7") == 2
+
+
+def test_output_prefix_and_output_filename(job, tmp_path):
+    out = tmp_path / "logs"
+    r = job.run(["-np", 2, "--output-filename", out, "sh", "-c",
+                 'printf "line1\\nline2\\npartial"; echo oops >&2'])
+    assert r.returncode == 0, r.stderr
+    for rank in (0, 1):
+        assert f"[{rank}]<stdout>: line1" in r.stdout
+        assert f"[{rank}]<stdout>: partial" in r.stdout
+        assert f"[{rank}]<stderr>: oops" in r.stderr
+        assert (out / f"rank.{rank}" / "stdout").read_text() == "line1\nline2\npartial"
+        assert (out / f"rank.{rank}" / "stderr").read_text() == "oops\n"
+
+
+def test_worker_environment_and_x_flag(job):
+    r = job.run(["-np", 1, "-x", "FOO=bar", TESTPROG, "--print-env", "FOO", "--print-env", "ELASTICRUN_HOST",
+                 "--print-env", "ELASTICRUN_SLOT"])
+    assert r.returncode == 0, r.stderr
+    assert "[0]<stdout>: FOO=bar" in r.stdout
+    assert "[0]<stdout>: ELASTICRUN_HOST=localhost" in r.stdout
+    assert "[0]<stdout>: ELASTICRUN_SLOT=0" in r.stdout
+
+
+# ---- bad input: a clear message and a distinct non-zero exit status ----
+
+@pytest.mark.parametrize("args,code,message", [
+    (["--bogus", "true"], 2, "unknown option '--bogus'"),
+    (["-np", "0", "true"], 2, "-np 0: need at least one process"),
+    (["-np", "5", "-H", "localhost:2,127.0.0.2:2", "true"], 2, "-np 5 but the hosts offer only 4 slots"),
+    (["-H", "localhost:two", "true"], 2, "slots 'two' is not a number"),
+    (["-H", "a b", "true"], 2, "'a b' is not a valid host name"),
+    (["--hostfile", "/nonexistent/hostfile", "true"], 2, "cannot read hostfile '/nonexistent/hostfile'"),
+    (["-np", "2"], 2, "no command given"),
+    (["-np", "1", "./no-such-program"], 3, "'./no-such-program': no such file"),
+    (["-np", "1", "no-such-program-in-path"], 3, "command not found in PATH"),
+    (["-np", "1", "-H", "192.0.2.1:1", "true"], 3, "host '192.0.2.1' is not this machine"),
+])
+def test_bad_input(job, args, code, message):
+    r = job.run(args)
+    assert r.returncode == code, (r.returncode, r.stderr)
+    assert message in r.stderr
+    assert "elasticrun:" in r.stderr
+
+
+def test_command_not_executable(job, tmp_path):
+    f = tmp_path / "prog"
+    f.write_text("#!/bin/sh\n")
+    f.chmod(0o644)
+    r = job.run(["-np", 1, f])
+    assert r.returncode == 3
+    assert f"'{f}' is not executable" in r.stderr
+
+
+def test_hostfile_with_bad_line_names_it(job, tmp_path):
+    hf = tmp_path / "hosts"
+    hf.write_text("localhost slots=2\nnode2 cpus=4\n")
+    r = job.run(["--hostfile", hf, "true"])
+    assert r.returncode == 2
+    assert "line 2" in r.stderr
+
+
+def test_unreadable_hostfile(job, tmp_path):
+    r = job.run(["--hostfile", tmp_path, "true"])  # a directory
+    assert r.returncode == 2
+    assert "hostfile" in r.stderr
+
+
+def test_worker_exit_code_fails_the_job_and_names_it(job):
+    t0 = time.monotonic()
+    r = job.run(["-np", 3, TESTPROG, "--allreduce-seconds", 30, "--fail-rank", 1, "--fail-code", 7])
+    elapsed = time.monotonic() - t0
+    assert r.returncode == 1, r.stderr
+    assert re.search(r"rank 1 \(host 'localhost', slot 1, pid \d+\) exited with code 7", r.stderr), r.stderr
+    assert elapsed < 10, f"took {elapsed:.1f}s to fail"
+
+
+def test_sigkilled_worker_ends_the_job_promptly(job):
+    t0 = time.monotonic()
+    r = job.run(["-np", 4, "-H", "localhost:2,127.0.0.2:2", TESTPROG, "--allreduce-seconds", 30,
+                 "--fail-rank", 2, "--fail-signal", 9])
+    elapsed = time.monotonic() - t0
+    assert r.returncode == 1, r.stderr
+    assert re.search(r"rank 2 \(host '127.0.0.2', slot 0, pid \d+\) was killed by signal 9 \(SIGKILL\)", r.stderr)
+    assert elapsed < 10, f"took {elapsed:.1f}s to fail"
+
+
+def test_worker_killed_from_outside(job):
+    p = job.start(["-np", 3, TESTPROG, "--init", "--sleep", 60, "--tag", job.tag])
+    pids = wait_for_workers(job, 3)
+    os.kill(pids[0], signal.SIGKILL)
+    _, err = p.communicate(timeout=15)
+    assert p.returncode == 1
+    assert "was killed by signal 9 (SIGKILL)" in err
+
+
+def argv0(pid):
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0]
+    except OSError:
+        return b""
+
+
+def wait_for_workers(job, n, timeout=20):
+    """Pids of the job's testprog workers once all n are up."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        pids = [p for p in our_processes(job.tag) if argv0(p).endswith(b"/testprog")]
+        if len(pids) == n:
+            return sorted(pids)
+        time.sleep(0.05)
+    raise AssertionError(f"{n} workers did not start")
+
+
+@pytest.mark.parametrize("sig,code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_signal_to_driver_stops_everything(job, sig, code):
+    p = job.start(["-np", 4, "-H", "localhost:2,127.0.0.2:2", TESTPROG, "--init", "--sleep", 120])
+    wait_for_workers(job, 4)
+    t0 = time.monotonic()
+    p.send_signal(sig)
+    _, err = p.communicate(timeout=15)
+    assert p.returncode == code, err
+    assert "interrupted by SIG" in err
+    assert time.monotonic() - t0 < 5
+    # the job fixture asserts that no daemon or worker is left
+
+
+def test_sigkill_to_driver_leaves_no_orphans(job):
+    p = job.start(["-np", 3, TESTPROG, "--init", "--sleep", 120])
+    wait_for_workers(job, 3)
+    p.kill()
+    p.wait(timeout=5)
+    # The fixture waits up to 5 s for daemons and workers to disappear.
+
+
+def test_workers_that_never_join_time_out(job):
+    r = job.run(["-np", 2, "--start-timeout", "1", "sleep", "30"])
+    assert r.returncode == 4
+    assert "2 of 2 workers did not join within 1.0 s" in r.stderr
+
+
+def test_secret_never_on_a_command_line(job):
+    p = job.start(["-np", 2, "-v", TESTPROG, "--init", "--sleep", 3])
+    pids = wait_for_workers(job, 2)
+    environ = Path(f"/proc/{pids[0]}/environ").read_bytes().split(b"\0")
+    secret = next(e.split(b"=", 1)[1] for e in environ if e.startswith(b"ELASTICRUN_SECRET="))
+    assert len(secret) == 64
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                assert secret not in (d / "cmdline").read_bytes(), f"secret on pid {d.name}'s command line"
+            except OSError:
+                pass
+    out, err = p.communicate(timeout=30)
+    assert p.returncode == 0, err
+    assert secret.decode() not in out + err
+
+
+def test_garbage_on_the_rendezvous_port_is_rejected_and_logged(job):
+    p = job.start(["-np", 2, "--log-level", "warn", TESTPROG, "--print-env", "ELASTICRUN_RENDEZVOUS_ADDR",
+                   "--init", "--sleep", 2, "--allreduce-seconds", 1])
+    addr = None
+    deadline = time.monotonic() + 20
+    while addr is None and time.monotonic() < deadline:
+        for pid in wait_for_workers(job, 2):
+            for e in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"):
+                if e.startswith(b"ELASTICRUN_RENDEZVOUS_ADDR="):
+                    addr = e.split(b"=", 1)[1].decode()
+    host, port = addr.rsplit(":", 1)
+    for junk in (b"GET / HTTP/1.1\r\n\r\n", os.urandom(4096), b"ER\x02\x01\xff\xff\xff\x7f"):
+        with socket.create_connection((host, int(port)), timeout=5) as s:
+            s.sendall(junk)
+            s.settimeout(5)
+            try:
+                while s.recv(4096):
+                    pass
+            except ConnectionResetError:
+                pass
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 0, err
+    assert "rejected" in err
+    assert out.count("done after") == 2

@@ -1,0 +1,80 @@
+// A worker for the integration tests: each flag is one behaviour to provoke.
+//
+//   testprog [--init] [--topology] [--fail-rank R (--fail-code C | --fail-signal S)]
+//            [--allreduce-seconds T] [--sleep T] [--print-env VAR] [--tag X]
+#include <elasticrun/elasticrun.hpp>
+
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <unistd.h>
+#include <vector>
+
+int main(int argc, char** argv) {
+  bool init = false, topology = false;
+  int fail_rank = -1, fail_code = 0, fail_signal = 0;
+  double allreduce_seconds = 0, sleep_seconds = 0;
+  std::vector<std::string> print_env;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto next = [&] { return i + 1 < argc ? std::string(argv[++i]) : std::string(); };
+    if (a == "--init") init = true;
+    else if (a == "--topology") init = topology = true;
+    else if (a == "--fail-rank") fail_rank = std::stoi(next());
+    else if (a == "--fail-code") fail_code = std::stoi(next());
+    else if (a == "--fail-signal") fail_signal = std::stoi(next());
+    else if (a == "--allreduce-seconds") init = true, allreduce_seconds = std::stod(next());
+    else if (a == "--sleep") sleep_seconds = std::stod(next());
+    else if (a == "--print-env") print_env.push_back(next());
+    else if (a == "--tag") next();
+    else {
+      std::fprintf(stderr, "testprog: unknown argument %s\n", a.c_str());
+      return 64;
+    }
+  }
+  for (const auto& v : print_env) {
+    const char* val = std::getenv(v.c_str());
+    std::printf("%s=%s\n", v.c_str(), val ? val : "(unset)");
+  }
+  int rank = -1;
+  if (init) {
+    elasticrun::init();
+    const auto& t = elasticrun::context().topology();
+    rank = t.rank;
+    if (topology)
+      std::printf("rank %d size %d local_rank %d local_size %d cross_rank %d cross_size %d host %s\n", t.rank,
+                  t.size, t.local_rank, t.local_size, t.cross_rank, t.cross_size, t.host.c_str());
+    std::fflush(stdout);
+  }
+  auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(allreduce_seconds);
+  std::vector<float> v(1024, 1.0f);
+  int iter = 0;
+  // Ranks agree on when to stop (max of everyone's "time is up"), so that none is left
+  // waiting in an allreduce that the others never enter.
+  std::int32_t stop = allreduce_seconds > 0 ? 0 : 1;
+  while (!stop) {
+    if (rank == fail_rank && iter == 20) {
+      if (fail_signal) ::raise(fail_signal);
+      std::exit(fail_code);
+    }
+    elasticrun::allreduce(std::span(v), elasticrun::ReduceOp::avg);
+    stop = std::chrono::steady_clock::now() >= until ? 1 : 0;
+    elasticrun::allreduce(std::span(&stop, 1), elasticrun::ReduceOp::max);
+    ++iter;
+  }
+  if (rank == fail_rank && rank >= 0) {
+    if (fail_signal) ::raise(fail_signal);
+    std::exit(fail_code);
+  }
+  if (sleep_seconds > 0) std::this_thread::sleep_for(std::chrono::duration<double>(sleep_seconds));
+  if (init) {
+    std::printf("rank %d done after %d allreduces\n", rank, iter);
+    elasticrun::shutdown();
+  }
+  return 0;
+}
