@@ -6,6 +6,7 @@
 
 #include <dirent.h>
 
+#include <atomic>
 #include <string>
 #include <vector>
 
@@ -25,18 +26,21 @@ void one_epoch(int epoch, bool abort_midway) {
   World w(3);
   CommConfig cfg;
   cfg.timeout = std::chrono::seconds(30);
+  std::atomic<int> waiting{0};
   run_ranks(w, cfg, "e" + std::to_string(epoch) + "/", [&](int r, elasticrun::Communicator& c) {
     std::vector<float> buf(100000, 1.0f);
     c.allreduce(buf.data(), buf.data(), buf.size(), DataType::f32, ReduceOp::sum);
     c.barrier();
-    if (abort_midway) {
-      if (r == 2) return;  // never joins; the others are aborted
-      if (r == 0) {
-        w.aborts[0]->raise(AbortSignal::Kind::hosts_updated, "grow");
-        w.aborts[1]->raise(AbortSignal::Kind::hosts_updated, "grow");
-      }
-      EXPECT_THROW(c.allreduce(buf.data(), buf.data(), buf.size(), DataType::f32, ReduceOp::sum), HostsUpdated);
+    if (!abort_midway) return;
+    if (r == 2) {  // never joins; once the others are inside the allreduce, abort them
+      while (waiting.load() < 2) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      w.aborts[0]->raise(AbortSignal::Kind::hosts_updated, "grow");
+      w.aborts[1]->raise(AbortSignal::Kind::hosts_updated, "grow");
+      return;
     }
+    waiting.fetch_add(1);
+    EXPECT_THROW(c.allreduce(buf.data(), buf.data(), buf.size(), DataType::f32, ReduceOp::sum), HostsUpdated);
   });
 }
 
