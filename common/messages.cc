@@ -29,6 +29,7 @@ const char* type_name(std::uint8_t type) {
     case kOk: return "ok";
     case kNotify: return "notify";
     case kLeave: return "leave";
+    case kRejoin: return "rejoin";
     case kConfig: return "config";
     case kSpawn: return "spawn";
     case kKill: return "kill";

@@ -15,7 +15,7 @@ enum Type : std::uint8_t {
   // handshake, both connections
   kHello = 1, kAuth, kAuthOk, kError,
   // worker <-> rendezvous server
-  kJoin = 10, kJoinOk, kKvSet, kKvGet, kKvValue, kBarrier, kOk, kNotify, kLeave,
+  kJoin = 10, kJoinOk, kKvSet, kKvGet, kKvValue, kBarrier, kOk, kNotify, kLeave, kRejoin,
   // driver <-> daemon
   kConfig = 30, kSpawn, kKill, kShutdown, kReady, kStarted, kOutput, kExited, kSpawnFailed,
 };
@@ -55,20 +55,32 @@ struct Join {
   void encode(wire::Encoder& e) const { e.str(host).u32(slot).u32(pid).u64(epoch); }
   static Join decode(wire::Decoder& d) { return {d.str(), d.u32(), d.u32(), d.u64()}; }
 };
+// Reply to join (req 0) and rejoin (its req): where the worker sits in `epoch`.
 struct JoinOk {
   static constexpr Type kType = kJoinOk;
+  std::uint64_t req = 0;
   std::uint64_t epoch = 0;
   std::int32_t rank = 0, size = 0, local_rank = 0, local_size = 0, cross_rank = 0, cross_size = 0;
   void encode(wire::Encoder& e) const {
-    e.u64(epoch).i32(rank).i32(size).i32(local_rank).i32(local_size).i32(cross_rank).i32(cross_size);
+    e.u64(req).u64(epoch).i32(rank).i32(size).i32(local_rank).i32(local_size).i32(cross_rank).i32(cross_size);
   }
   static JoinOk decode(wire::Decoder& d) {
     JoinOk j;
+    j.req = d.u64();
     j.epoch = d.u64();
     j.rank = d.i32(), j.size = d.i32(), j.local_rank = d.i32(), j.local_size = d.i32();
     j.cross_rank = d.i32(), j.cross_size = d.i32();
     return j;
   }
+};
+// A joined worker asks for its place in the newest epoch >= min_epoch; the server
+// answers once such an epoch exists (or with an error if the worker is not in it).
+struct Rejoin {
+  static constexpr Type kType = kRejoin;
+  std::uint64_t req = 0;
+  std::uint64_t min_epoch = 0;
+  void encode(wire::Encoder& e) const { e.u64(req).u64(min_epoch); }
+  static Rejoin decode(wire::Decoder& d) { return {d.u64(), d.u64()}; }
 };
 struct KvSet {
   static constexpr Type kType = kKvSet;

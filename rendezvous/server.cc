@@ -45,24 +45,51 @@ void Server::stop() {
   auto all = sessions_;
   for (const auto& s : all) s->close("");
   sessions_.clear();
-  kv_waiters_.clear();
-  barriers_.clear();
+  epochs_.clear();
+  rejoins_.clear();
 }
 
 void Server::start_epoch(Assignment a, msg::NotifyKind kind, const std::string& reason) {
   assignment_ = std::move(a);
-  kv_.clear();
-  for (auto& [key, w] : kv_waiters_)
+  std::uint64_t e = assignment_.epoch;
+  if (kind != msg::NotifyKind::hosts_updated)
+    while (!epochs_.empty() && epochs_.begin()->first < e) end_epoch(epochs_.begin()->first);
+  epochs_[e].size = assignment_.size();
+  for (const auto& s : sessions_)
+    if (s->place() && s->epoch() < e) s->send(msg::Notify{kind, e, reason});
+  auto pending = std::move(rejoins_);
+  rejoins_.clear();
+  for (auto& p : pending) {
+    auto s = p.session.lock();
+    if (!s) continue;
+    if (p.min_epoch <= e) answer_rejoin(s, p.req);
+    else rejoins_.push_back(p);
+  }
+  collect_epochs();
+  ER_LOG(rendezvous, info, "epoch {} started with {} workers", e, assignment_.size());
+}
+
+void Server::end_epoch(std::uint64_t epoch) {
+  auto it = epochs_.find(epoch);
+  if (it == epochs_.end()) return;
+  EpochState& st = it->second;
+  for (auto& [key, w] : st.kv_waiters) {
+    w.timer->cancel();
     if (auto s = w.session.lock()) s->send(msg::Error{w.req, "epoch ended"});
-  kv_waiters_.clear();
-  for (auto& [name, b] : barriers_)
+  }
+  for (auto& [name, b] : st.barriers)
     for (auto& w : b.waiters)
       if (auto s = w.session.lock()) s->send(msg::Error{w.req, "epoch ended"});
-  barriers_.clear();
+  keys_ -= st.kv.size();
+  epochs_.erase(it);
+}
+
+// Drops the state of epochs that no connected worker is in any more.
+void Server::collect_epochs() {
+  std::uint64_t oldest = assignment_.epoch;
   for (const auto& s : sessions_)
-    if (s->place() && s->epoch() < assignment_.epoch)
-      s->send(msg::Notify{kind, assignment_.epoch, reason});
-  ER_LOG(rendezvous, info, "epoch {} started with {} workers", assignment_.epoch, assignment_.size());
+    if (s->place()) oldest = std::min(oldest, s->epoch());
+  while (!epochs_.empty() && epochs_.begin()->first < oldest) end_epoch(epochs_.begin()->first);
 }
 
 void Server::notify_all(msg::NotifyKind kind, const std::string& reason) {
@@ -73,73 +100,107 @@ void Server::notify_all(msg::NotifyKind kind, const std::string& reason) {
 void Server::on_join(const std::shared_ptr<Session>& s, const msg::Join& j) {
   const WorkerPlace* p = assignment_.find(j.host, static_cast<int>(j.slot));
   if (!p) {
-    s->send(msg::Error{0, "no slot " + std::to_string(j.slot) + " on host '" + j.host +
-                              "' in epoch " + std::to_string(assignment_.epoch)});
+    s->send(msg::Error{0, "no slot " + std::to_string(j.slot) + " on host '" + j.host + "' in epoch " +
+                              std::to_string(assignment_.epoch)});
     s->close("rejected join: host '" + j.host.substr(0, 64) + "' slot " + std::to_string(j.slot) +
              " is not in epoch " + std::to_string(assignment_.epoch));
     return;
   }
   s->joined(*p, assignment_.epoch);
-  s->send(msg::JoinOk{assignment_.epoch, p->rank, assignment_.size(), p->local_rank, p->local_size,
+  s->send(msg::JoinOk{0, assignment_.epoch, p->rank, assignment_.size(), p->local_rank, p->local_size,
                       p->cross_rank, p->cross_size});
-  ER_LOG(rendezvous, debug, "rank {} joined epoch {} from '{}' slot {}", p->rank, assignment_.epoch,
-         p->host, p->slot);
+  ER_LOG(rendezvous, debug, "rank {} joined epoch {} from '{}' slot {}", p->rank, assignment_.epoch, p->host,
+         p->slot);
   if (cb_.on_worker_joined) cb_.on_worker_joined(*p, assignment_.epoch);
 }
 
+void Server::on_rejoin(const std::shared_ptr<Session>& s, const msg::Rejoin& r) {
+  if (r.min_epoch <= assignment_.epoch) return answer_rejoin(s, r.req);
+  rejoins_.push_back(PendingRejoin{s, r.req, r.min_epoch});
+}
+
+void Server::answer_rejoin(const std::shared_ptr<Session>& s, std::uint64_t req) {
+  const WorkerPlace* p = assignment_.find(s->place()->host, s->place()->slot);
+  if (!p) {
+    s->send(msg::Error{req, "removed: host '" + s->place()->host + "' slot " + std::to_string(s->place()->slot) +
+                                " is not in epoch " + std::to_string(assignment_.epoch)});
+    return;
+  }
+  s->joined(*p, assignment_.epoch);
+  s->send(msg::JoinOk{req, assignment_.epoch, p->rank, assignment_.size(), p->local_rank, p->local_size,
+                      p->cross_rank, p->cross_size});
+  ER_LOG(rendezvous, debug, "rank {} re-joined in epoch {} ('{}' slot {})", p->rank, assignment_.epoch, p->host,
+         p->slot);
+  if (cb_.on_worker_joined) cb_.on_worker_joined(*p, assignment_.epoch);
+  collect_epochs();
+}
+
+Server::EpochState* Server::epoch_of(const std::shared_ptr<Session>& s, std::uint64_t req) {
+  auto it = epochs_.find(s->epoch());
+  if (it != epochs_.end()) return &it->second;
+  s->send(msg::Error{req, "epoch " + std::to_string(s->epoch()) + " ended"});
+  return nullptr;
+}
+
 void Server::on_kv_set(const std::shared_ptr<Session>& s, msg::KvSet m) {
-  if (m.value.size() > limits_.max_value || (kv_.size() >= limits_.max_keys && !kv_.count(m.key))) {
+  EpochState* st = epoch_of(s, m.req);
+  if (!st) return;
+  bool fresh = !st->kv.count(m.key);
+  if (m.value.size() > limits_.max_value || (fresh && keys_ >= limits_.max_keys)) {
     s->send(msg::Error{m.req, "key-value limit reached"});
     return;
   }
-  auto [lo, hi] = kv_waiters_.equal_range(m.key);
+  auto [lo, hi] = st->kv_waiters.equal_range(m.key);
   for (auto it = lo; it != hi; ++it) {
     it->second.timer->cancel();
     if (auto w = it->second.session.lock()) w->send(msg::KvValue{it->second.req, m.value});
   }
-  kv_waiters_.erase(lo, hi);
-  kv_[m.key] = std::move(m.value);
+  st->kv_waiters.erase(lo, hi);
+  keys_ += fresh;
+  st->kv[m.key] = std::move(m.value);
   s->send(msg::Ok{m.req});
 }
 
 void Server::on_kv_get(const std::shared_ptr<Session>& s, const msg::KvGet& m) {
-  if (auto it = kv_.find(m.key); it != kv_.end()) {
+  EpochState* st = epoch_of(s, m.req);
+  if (!st) return;
+  if (auto it = st->kv.find(m.key); it != st->kv.end()) {
     s->send(msg::KvValue{m.req, it->second});
     return;
   }
   auto timer = std::make_shared<asio::steady_timer>(io_, std::chrono::milliseconds(m.timeout_ms));
-  auto it = kv_waiters_.emplace(m.key, Waiter{s, m.req, timer});
-  timer->async_wait([this, key = m.key, req = m.req, weak = std::weak_ptr<Session>(s),
+  st->kv_waiters.emplace(m.key, Waiter{s, m.req, timer});
+  timer->async_wait([this, epoch = s->epoch(), key = m.key, req = m.req, weak = std::weak_ptr<Session>(s),
                      raw = timer.get()](boost::system::error_code ec) {
     if (ec) return;
-    auto [lo, hi] = kv_waiters_.equal_range(key);
-    for (auto i = lo; i != hi; ++i)
-      if (i->second.timer.get() == raw) {
-        kv_waiters_.erase(i);
-        break;
-      }
+    if (auto e = epochs_.find(epoch); e != epochs_.end()) {
+      auto [lo, hi] = e->second.kv_waiters.equal_range(key);
+      for (auto i = lo; i != hi; ++i)
+        if (i->second.timer.get() == raw) {
+          e->second.kv_waiters.erase(i);
+          break;
+        }
+    }
     if (auto w = weak.lock()) w->send(msg::Error{req, "timed out waiting for key '" + key + "'"});
   });
-  (void)it;
 }
 
 void Server::on_barrier(const std::shared_ptr<Session>& s, const msg::Barrier& m) {
-  if (s->epoch() != assignment_.epoch) {
-    s->send(msg::Error{m.req, "barrier from an ended epoch"});
-    return;
-  }
-  BarrierState& b = barriers_[m.name];
+  EpochState* st = epoch_of(s, m.req);
+  if (!st) return;
+  BarrierState& b = st->barriers[m.name];
   b.arrived.insert(s->place()->rank);
   b.waiters.push_back(Waiter{s, m.req, nullptr});
-  if (static_cast<int>(b.arrived.size()) < assignment_.size()) return;
+  if (static_cast<int>(b.arrived.size()) < st->size) return;
   for (auto& w : b.waiters)
     if (auto ws = w.session.lock()) ws->send(msg::Ok{w.req});
-  barriers_.erase(m.name);
+  st->barriers.erase(m.name);
 }
 
 void Server::on_closed(const std::shared_ptr<Session>& s, bool clean) {
   sessions_.erase(s);
   if (!clean && s->place() && cb_.on_worker_lost) cb_.on_worker_lost(*s->place(), s->epoch());
+  collect_epochs();
 }
 
 }  // namespace elasticrun::rendezvous

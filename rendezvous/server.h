@@ -45,8 +45,11 @@ class Server {
   Server& operator=(const Server&) = delete;
 
   std::uint16_t port() const;
-  // Installs a new epoch: clears the key-value table and barriers, and pushes `kind`
-  // to every worker still connected in an older epoch.
+  // Installs a new epoch and pushes `kind` to every worker still in an older one.
+  // After an abort (a failure) older epochs end at once: their pending requests fail.
+  // After hosts_updated (hosts only added) older epochs keep serving their key-value
+  // tables and barriers until their last worker has re-joined, since their
+  // communicators stay in use until the workers' next commit.
   void start_epoch(Assignment a, msg::NotifyKind kind, const std::string& reason);
   void notify_all(msg::NotifyKind kind, const std::string& reason);
   const Assignment& assignment() const { return assignment_; }
@@ -55,13 +58,6 @@ class Server {
 
  private:
   friend class Session;
-  void accept();
-  void on_join(const std::shared_ptr<Session>& s, const msg::Join& j);
-  void on_kv_set(const std::shared_ptr<Session>& s, msg::KvSet m);
-  void on_kv_get(const std::shared_ptr<Session>& s, const msg::KvGet& m);
-  void on_barrier(const std::shared_ptr<Session>& s, const msg::Barrier& m);
-  void on_closed(const std::shared_ptr<Session>& s, bool left);
-
   struct Waiter {
     std::weak_ptr<Session> session;
     std::uint64_t req;
@@ -71,6 +67,26 @@ class Server {
     std::set<int> arrived;
     std::vector<Waiter> waiters;
   };
+  // What one epoch's workers share: its size, key-value table and barriers.
+  struct EpochState {
+    int size = 0;
+    std::map<std::string, wire::Bytes> kv;
+    std::multimap<std::string, Waiter> kv_waiters;
+    std::map<std::string, BarrierState> barriers;
+  };
+
+  void accept();
+  void on_join(const std::shared_ptr<Session>& s, const msg::Join& j);
+  void on_rejoin(const std::shared_ptr<Session>& s, const msg::Rejoin& r);
+  void answer_rejoin(const std::shared_ptr<Session>& s, std::uint64_t req);
+  void on_kv_set(const std::shared_ptr<Session>& s, msg::KvSet m);
+  void on_kv_get(const std::shared_ptr<Session>& s, const msg::KvGet& m);
+  void on_barrier(const std::shared_ptr<Session>& s, const msg::Barrier& m);
+  void on_closed(const std::shared_ptr<Session>& s, bool left);
+  // The session's epoch state, or null (and an error sent for `req`) if it ended.
+  EpochState* epoch_of(const std::shared_ptr<Session>& s, std::uint64_t req);
+  void end_epoch(std::uint64_t epoch);
+  void collect_epochs();
 
   boost::asio::io_context& io_;
   auth::Secret secret_;
@@ -79,9 +95,13 @@ class Server {
   ServerLimits limits_;
   Assignment assignment_;
   std::set<std::shared_ptr<Session>> sessions_;
-  std::map<std::string, wire::Bytes> kv_;
-  std::multimap<std::string, Waiter> kv_waiters_;
-  std::map<std::string, BarrierState> barriers_;
+  std::map<std::uint64_t, EpochState> epochs_;
+  std::size_t keys_ = 0;  // across all epochs, for the limit
+  struct PendingRejoin {
+    std::weak_ptr<Session> session;
+    std::uint64_t req, min_epoch;
+  };
+  std::vector<PendingRejoin> rejoins_;
 };
 
 }  // namespace elasticrun::rendezvous

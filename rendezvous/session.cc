@@ -81,6 +81,7 @@ void Session::handle(const Frame& f) {
     case msg::kKvSet: return server_.on_kv_set(shared_from_this(), msg::parse<msg::KvSet>(f));
     case msg::kKvGet: return server_.on_kv_get(shared_from_this(), msg::parse<msg::KvGet>(f));
     case msg::kBarrier: return server_.on_barrier(shared_from_this(), msg::parse<msg::Barrier>(f));
+    case msg::kRejoin: return server_.on_rejoin(shared_from_this(), msg::parse<msg::Rejoin>(f));
     case msg::kLeave:
       msg::parse<msg::Leave>(f);
       left_ = true;

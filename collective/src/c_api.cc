@@ -1,5 +1,6 @@
 // The C API: forwards to the C++ free functions and turns exceptions into codes.
 #include <elasticrun/elasticrun.h>
+#include <elasticrun/elastic.hpp>
 #include <elasticrun/elasticrun.hpp>
 
 #include <exception>
@@ -120,6 +121,94 @@ int er_alltoall(const void* in, void* out, size_t count, er_datatype type) {
 int er_barrier(void) {
   if (!elasticrun::initialized()) return fail(ER_INVALID, "elasticrun is not initialised (call er_init)");
   return guarded([] { comm().barrier(); });
+}
+
+}  // extern "C"
+
+// ---- elastic state ----
+
+struct er_state {
+  elasticrun::State state;  // on the process-wide context
+};
+
+namespace {
+
+int check_state(const er_state* st) {
+  if (!elasticrun::initialized()) return fail(ER_INVALID, "elasticrun is not initialised (call er_init)");
+  if (!st) return fail(ER_INVALID, "er_state is null");
+  return ER_OK;
+}
+
+// A C body reports failures as codes; the retry loop reacts to exceptions.
+void rethrow_code(int rc) {
+  if (rc == ER_WORKERS_FAILED) throw elasticrun::WorkersFailed(t_last_error.empty() ? "workers failed" : t_last_error);
+  if (rc == ER_HOSTS_UPDATED) throw elasticrun::HostsUpdated(t_last_error.empty() ? "hosts updated" : t_last_error);
+}
+
+}  // namespace
+
+extern "C" {
+
+er_state* er_state_new(void) {
+  if (!elasticrun::initialized()) {
+    fail(ER_INVALID, "elasticrun is not initialised (call er_init)");
+    return nullptr;
+  }
+  er_state* st = nullptr;
+  guarded([&] { st = new er_state; });
+  return st;
+}
+
+void er_state_free(er_state* st) { delete st; }
+
+int er_state_track(er_state* st, const char* name, void* ptr, size_t count, er_datatype type) {
+  if (int rc = check_state(st)) return rc;
+  if (!name) return fail(ER_INVALID, "er_state_track: name is null");
+  if (!valid_type(type)) return fail(ER_INVALID, "invalid data type");
+  return guarded([&] { st->state.track_raw(name, ptr, count, dt(type)); });
+}
+
+int er_state_commit(er_state* st) {
+  if (int rc = check_state(st)) return rc;
+  return guarded([&] { st->state.commit(); });
+}
+
+int er_state_restore(er_state* st) {
+  if (int rc = check_state(st)) return rc;
+  return guarded([&] { st->state.restore(); });
+}
+
+int er_state_sync(er_state* st) {
+  if (int rc = check_state(st)) return rc;
+  return guarded([&] { st->state.sync(); });
+}
+
+int er_state_on_reset(er_state* st, void (*fn)(void*), void* arg) {
+  if (int rc = check_state(st)) return rc;
+  if (!fn) return fail(ER_INVALID, "er_state_on_reset: fn is null");
+  return guarded([&] { st->state.on_reset([fn, arg] { fn(arg); }); });
+}
+
+int er_rejoin(void) {
+  if (!elasticrun::initialized()) return fail(ER_INVALID, "elasticrun is not initialised (call er_init)");
+  return guarded([] { elasticrun::context().rejoin(); });
+}
+
+int er_run(er_state* st, int (*fn)(er_state*, void*), void* arg) {
+  if (int rc = check_state(st)) return rc;
+  if (!fn) return fail(ER_INVALID, "er_run: fn is null");
+  int result = ER_OK;
+  std::string why;  // fn's own failure message, which guarded() would clear
+  int rc = guarded([&] {
+    elasticrun::run_loop(st->state, [&] {
+      result = fn(st, arg);
+      why = t_last_error;
+      rethrow_code(result);
+    });
+  });
+  if (rc != ER_OK) return rc;
+  if (result != ER_OK) t_last_error = why;
+  return result;
 }
 
 }  // extern "C"

@@ -13,6 +13,8 @@ namespace elasticrun {
 
 struct Context::Impl {
   Topology topo;
+  std::chrono::milliseconds timeout{300000};
+  int resets = 0;
   std::shared_ptr<collective::RendezvousClient> client;  // null for a standalone communicator
   std::unique_ptr<Communicator> comm;
 };
@@ -54,6 +56,21 @@ Default& default_context() {
   return d;
 }
 
+std::unique_ptr<Communicator> make_comm(const msg::JoinOk& j, const std::shared_ptr<collective::RendezvousClient>& client,
+                                        std::chrono::milliseconds timeout) {
+  collective::CommConfig cfg;
+  cfg.rank = j.rank;
+  cfg.size = j.size;
+  cfg.local_size = j.local_size;
+  cfg.scope = "e" + std::to_string(j.epoch) + "/";
+  cfg.timeout = timeout;
+  return collective::make_ucx_communicator(cfg, client, client->abort_signal());
+}
+
+Topology topology_of(const msg::JoinOk& j, const std::string& host) {
+  return Topology{j.rank, j.size, j.local_rank, j.local_size, j.cross_rank, j.cross_size, j.epoch, host};
+}
+
 }  // namespace
 
 std::unique_ptr<Context> Context::from_environment() {
@@ -66,19 +83,25 @@ std::unique_ptr<Context> Context::from_environment() {
   auto deadline = collective::Clock::now() + std::min(timeout, std::chrono::milliseconds(60000));
   auto client = std::make_shared<collective::RendezvousClient>(required_env(env::kRendezvousAddr), *secret, host,
                                                                slot, epoch, deadline);
-  const msg::JoinOk& j = client->joined();
-  collective::CommConfig cfg;
-  cfg.rank = j.rank;
-  cfg.size = j.size;
-  cfg.local_size = j.local_size;
-  cfg.scope = "e" + std::to_string(j.epoch) + "/";
-  cfg.timeout = timeout;
-  auto comm = collective::make_ucx_communicator(cfg, client, client->abort_signal());
-  auto ctx = std::make_unique<Context>(std::move(comm));
+  auto ctx = std::make_unique<Context>(make_comm(client->joined(), client, timeout));
   ctx->impl_->client = std::move(client);
-  ctx->impl_->topo = Topology{j.rank, j.size, j.local_rank, j.local_size, j.cross_rank, j.cross_size, j.epoch, host};
+  ctx->impl_->timeout = timeout;
+  ctx->impl_->topo = topology_of(ctx->impl_->client->joined(), host);
   return ctx;
 }
+
+void Context::rejoin() {
+  if (!impl_->client) throw Error("rejoin: this context has no rendezvous connection");
+  impl_->comm.reset();  // release the old epoch's transport before building the next
+  auto& client = impl_->client;
+  auto j = client->rejoin(impl_->topo.epoch + 1, collective::Clock::now() + impl_->timeout);
+  impl_->comm = make_comm(j, client, impl_->timeout);
+  impl_->topo = topology_of(j, impl_->topo.host);
+  ++impl_->resets;
+}
+
+bool Context::hosts_updated() const { return impl_->client && impl_->client->hosts_updated(); }
+int Context::resets() const { return impl_->resets; }
 
 Context::Context(std::unique_ptr<Communicator> comm) : impl_(std::make_unique<Impl>()) {
   impl_->topo.rank = comm->rank();

@@ -91,6 +91,7 @@ RendezvousClient::RendezvousClient(const std::string& addr, const auth::Secret& 
         !ok)
       throw Error("rendezvous join: " + ok.error());
     joined_ = expect<msg::JoinOk>(channel_.read(deadline), "join");
+    joined_epoch_ = joined_.epoch;
   } catch (...) {
     ::close(fd_);
     throw;
@@ -128,13 +129,7 @@ void RendezvousClient::reader() {
     if (!f) return fail_all("lost the connection to the rendezvous server: " + f.error());
     try {
       if (f->type == msg::kNotify) {
-        auto n = msg::parse<msg::Notify>(*f);
-        auto kind = n.kind == msg::NotifyKind::hosts_updated ? AbortSignal::Kind::hosts_updated
-                    : n.kind == msg::NotifyKind::shutdown    ? AbortSignal::Kind::shutdown
-                                                             : AbortSignal::Kind::workers_failed;
-        abort_->raise(kind, n.reason.empty() ? "epoch " + std::to_string(n.epoch) + " started" : n.reason);
-        std::lock_guard lock(mu_);
-        cv_.notify_all();
+        on_notify(msg::parse<msg::Notify>(*f));
         continue;
       }
       wire::Decoder d(f->payload);
@@ -146,6 +141,50 @@ void RendezvousClient::reader() {
       return fail_all(std::string("malformed frame from the rendezvous server: ") + e.what());
     }
   }
+}
+
+// A notice about an epoch we already joined (or an older one) is stale and ignored.
+// Hosts-updated only flags the news: the current epoch's collectives keep working until
+// the worker re-joins at its next commit. Abort and shutdown interrupt every wait.
+void RendezvousClient::on_notify(const msg::Notify& n) {
+  std::uint64_t prev = announced_epoch_.load();
+  while (n.epoch > prev && !announced_epoch_.compare_exchange_weak(prev, n.epoch)) {
+  }
+  if (n.kind != msg::NotifyKind::shutdown && n.epoch <= joined_epoch_.load()) return;
+  if (n.kind == msg::NotifyKind::hosts_updated) {
+    updated_epoch_.store(std::max(updated_epoch_.load(), n.epoch));
+    return;
+  }
+  std::uint64_t seen = aborted_epoch_.load();
+  while (n.epoch > seen && !aborted_epoch_.compare_exchange_weak(seen, n.epoch)) {
+  }
+  auto kind = n.kind == msg::NotifyKind::shutdown ? AbortSignal::Kind::shutdown : AbortSignal::Kind::workers_failed;
+  abort_->raise(kind, n.reason.empty() ? "epoch " + std::to_string(n.epoch) + " started" : n.reason);
+  std::lock_guard lock(mu_);
+  cv_.notify_all();
+}
+
+msg::JoinOk RendezvousClient::rejoin(std::uint64_t min_epoch, Clock::time_point deadline) {
+  std::uint64_t req;
+  {
+    std::lock_guard lock(mu_);
+    req = next_req_++;
+  }
+  // Not abortable: the abort that brought us here is what we are answering.
+  auto f = call(req, msg::to_frame(msg::Rejoin{req, min_epoch}), deadline, "rejoin", /*abortable=*/false);
+  if (f.type == msg::kError) {
+    wire::Decoder d(f.payload);
+    d.u64();
+    throw Error("rendezvous rejoin: " + d.str());
+  }
+  auto j = expect<msg::JoinOk>(std::move(f), "rejoin");
+  // Reset before publishing the new epoch so that a notice for a newer epoch, arriving
+  // from now on, is not lost.
+  abort_->reset();
+  joined_ = j;
+  joined_epoch_ = j.epoch;
+  if (aborted_epoch_.load() > j.epoch) abort_->raise(AbortSignal::Kind::workers_failed, "a newer epoch started");
+  return j;
 }
 
 void RendezvousClient::fail_all(const std::string& why) {

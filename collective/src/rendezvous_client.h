@@ -15,6 +15,7 @@
 #include "common/frame.h"
 #include "common/messages.h"
 
+#include <atomic>
 #include <condition_variable>
 #include <map>
 #include <memory>
@@ -36,6 +37,14 @@ class RendezvousClient final : public Store {
   RendezvousClient& operator=(const RendezvousClient&) = delete;
 
   const msg::JoinOk& joined() const { return joined_; }
+  // Waits for an epoch >= min_epoch and takes this worker's place in it. Throws Error
+  // when the worker is not in that epoch (removed), TimeoutError past the deadline.
+  // Clears the abort signal: notices for the epochs before the new one are stale.
+  msg::JoinOk rejoin(std::uint64_t min_epoch, Clock::time_point deadline);
+  // The newest epoch the server announced as hosts-updated (0 if none newer than ours).
+  bool hosts_updated() const { return updated_epoch_.load() > joined_epoch_.load(); }
+  // The newest epoch any notification announced.
+  std::uint64_t announced_epoch() const { return announced_epoch_.load(); }
   void set(const std::string& key, const Bytes& value) override;
   Bytes get(const std::string& key, Clock::time_point deadline) override;
   void barrier(const std::string& name, Clock::time_point deadline);
@@ -54,6 +63,7 @@ class RendezvousClient final : public Store {
              bool abortable = true);
   void handshake(const auth::Secret& secret, Clock::time_point deadline);
   void reader();
+  void on_notify(const msg::Notify& n);
   void fail_all(const std::string& why);
 
   int fd_ = -1;
@@ -67,6 +77,7 @@ class RendezvousClient final : public Store {
   bool closed_ = false;
   std::string closed_why_;
   msg::JoinOk joined_;
+  std::atomic<std::uint64_t> joined_epoch_{0}, updated_epoch_{0}, announced_epoch_{0}, aborted_epoch_{0};
   std::thread reader_;
 };
 

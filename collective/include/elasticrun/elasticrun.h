@@ -57,6 +57,39 @@ int er_reduce_scatter(const void* in, void* out, size_t count, er_datatype type,
 int er_alltoall(const void* in, void* out, size_t count, er_datatype type);
 int er_barrier(void);
 
+/* ---- elastic state (elastic.hpp) ----
+ *
+ * An er_state tracks buffers of the process-wide context (after er_init()). Tracked
+ * memory is referenced, not copied: keep it in place for the state's lifetime.
+ *
+ *   er_state* st = er_state_new();
+ *   er_state_track(st, "weights", w, n, ER_F32);
+ *   er_state_track(st, "step", &step, sizeof step, ER_U8);   // any struct as bytes
+ *   int rc = er_run(st, train, &args);   // train returns ER_OK, or the code of a failed call
+ *   er_state_free(st);
+ */
+typedef struct er_state er_state;
+
+/* NULL on error (not initialised, out of memory); er_last_error() says why. */
+er_state* er_state_new(void);
+void er_state_free(er_state* st);
+/* `count` elements of `type`; names are unique per state. */
+int er_state_track(er_state* st, const char* name, void* ptr, size_t count, er_datatype type);
+/* Snapshot; returns ER_HOSTS_UPDATED on every rank at the same commit when hosts were added. */
+int er_state_commit(er_state* st);
+int er_state_restore(er_state* st);
+/* Every rank takes rank 0's values, then snapshots them. */
+int er_state_sync(er_state* st);
+/* Called after every re-join, before the sync that follows it. */
+int er_state_on_reset(er_state* st, void (*fn)(void* arg), void* arg);
+/* Re-joins the job's next epoch; ER_ERROR if this worker was removed from it. */
+int er_rejoin(void);
+/* The retry loop: syncs, calls fn; when fn returns ER_WORKERS_FAILED or ER_HOSTS_UPDATED
+ * (passed on from a failed call) it restores as needed, re-joins, runs the on_reset
+ * callbacks and calls fn again. Returns fn's other codes (ER_OK included) as they are,
+ * or the code of a failed re-join or sync. */
+int er_run(er_state* st, int (*fn)(er_state* st, void* arg), void* arg);
+
 #ifdef __cplusplus
 }
 #endif

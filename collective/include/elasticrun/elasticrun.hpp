@@ -44,7 +44,23 @@ class Context {
   Context& operator=(const Context&) = delete;
 
   const Topology& topology() const;
+  // The communicator of the current epoch. It is replaced by rejoin(): do not keep
+  // references to it across one.
   Communicator& comm();
+
+  // Elastic membership. After a collective threw WorkersFailed or HostsUpdated (or
+  // hosts_updated() says so), rejoin() tears down the communicator, waits for the
+  // rendezvous server's next epoch (bounded by ELASTICRUN_COLLECTIVE_TIMEOUT), takes
+  // this worker's new place in it, and builds a new communicator. It throws Error if
+  // this worker is not part of the new epoch (it was removed; exit), TimeoutError if no
+  // epoch came in time.
+  void rejoin();
+  // True once the server announced a newer epoch that only added hosts: the caller
+  // should reach a consistent point (a commit) and rejoin. Collectives of the current
+  // epoch keep working until then.
+  bool hosts_updated() const;
+  // How many epochs this context has joined after its first (its resets).
+  int resets() const;
 
  private:
   struct Impl;

@@ -1,0 +1,122 @@
+// Elastic training state: what survives a membership change.
+//
+//   elasticrun::init();
+//   elasticrun::State state;                      // on elasticrun::context()
+//   state.track("weights", std::span(weights));
+//   state.track_value("step", step);
+//   state.on_reset([&] { lr = base_lr * elasticrun::size(); });
+//   elasticrun::run(state, [&](elasticrun::State& st) {
+//     for (; step < steps; ++step) {
+//       train_one_step();                        // collectives may throw WorkersFailed
+//       if (step % 100 == 0) st.commit();        // may throw HostsUpdated
+//     }
+//   });
+//
+// The contract (Horovod's elastic State and run_fn):
+//   - commit() copies every tracked item into host memory, then asks every rank of the
+//     epoch whether the server announced new hosts; if any rank saw it, all ranks throw
+//     HostsUpdated at this same commit. Cost: one 4-byte allreduce per commit, plus a
+//     memcpy of the tracked bytes.
+//   - restore() puts back the last snapshot. Snapshots are taken by commit(), by sync(),
+//     and by track() for the item it registers, so before the first commit restore()
+//     returns an item to its value at registration (or at the last sync()).
+//   - sync() makes every rank hold rank 0's values and snapshots them. The launcher
+//     guarantees rank 0 of every epoch is a survivor that holds committed state.
+//   - run(state, fn) syncs, calls fn, and on WorkersFailed restores, re-joins, runs the
+//     on_reset callbacks and tries again; on HostsUpdated raised by commit() it keeps the
+//     state (it equals the commit) and re-joins. A HostsUpdated thrown anywhere else (a
+//     collective interrupted mid-step) restores too, since the step may be half done.
+//
+// Tracked memory is referenced, not owned: it must stay where it is (do not resize a
+// tracked vector) for the State's lifetime. Every rank must track the same names, sizes
+// and types in the same order; sync() checks this and throws Error if they differ.
+// A State is used by one thread at a time.
+#pragma once
+
+#include <elasticrun/elasticrun.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <type_traits>
+#include <utility>
+
+namespace elasticrun {
+
+// The seam between State and the control plane. Empty members mean the Context's own
+// rejoin() and hosts_updated(); tests replace them to simulate resets in one process.
+struct ElasticHooks {
+  std::function<void()> rejoin;
+  std::function<bool()> hosts_updated;
+};
+
+class State {
+ public:
+  // On the process-wide context of init().
+  State();
+  explicit State(Context& ctx, ElasticHooks hooks = {});
+  ~State();
+  State(const State&) = delete;
+  State& operator=(const State&) = delete;
+
+  // Registers `count` elements of type `t` at `data`. Names are unique (Error otherwise);
+  // registration order is the order of sync().
+  void track_raw(std::string name, void* data, std::size_t count, DataType t);
+
+  template <class T>
+  void track(std::string name, std::span<T> buf) {
+    if constexpr (std::is_same_v<std::remove_cv_t<T>, std::byte>) {
+      track_raw(std::move(name), buf.data(), buf.size(), DataType::u8);
+    } else {
+      track_raw(std::move(name), buf.data(), buf.size(), dtype_of_v<std::remove_cv_t<T>>);
+    }
+  }
+  // A trivially copyable scalar or struct, kept as raw bytes.
+  template <class T>
+  void track_value(std::string name, T& value) {
+    static_assert(std::is_trivially_copyable_v<T>, "track_value needs a trivially copyable type");
+    track_raw(std::move(name), &value, sizeof(T), DataType::u8);
+  }
+
+  void commit();
+  void restore();
+  void sync();
+  // Runs after every re-join, before the sync that follows it, in registration order.
+  void on_reset(std::function<void()> callback);
+
+  // Commits in this lineage: counted by commit(), carried to new ranks by sync().
+  std::uint64_t commits() const;
+  Context& context();
+
+  // One step of run(): re-join through the hooks, then the on_reset callbacks.
+  void reset();
+  // Whether the last HostsUpdated came from commit(), so memory equals the snapshot.
+  bool interrupted_at_commit() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// The retry loop behind run(): calls body until it returns or throws something other
+// than WorkersFailed / HostsUpdated. Errors of reset() (this worker was removed, no
+// new epoch in time) propagate.
+void run_loop(State& state, const std::function<void()>& body);
+
+template <class F>
+auto run(State& state, F&& fn) -> std::invoke_result_t<F&, State&> {
+  using R = std::invoke_result_t<F&, State&>;
+  if constexpr (std::is_void_v<R>) {
+    run_loop(state, [&] { fn(state); });
+  } else {
+    std::optional<R> result;
+    run_loop(state, [&] { result.emplace(fn(state)); });
+    return std::move(*result);
+  }
+}
+
+}  // namespace elasticrun

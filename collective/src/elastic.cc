@@ -1,0 +1,211 @@
+// State: snapshots of tracked memory, their broadcast from rank 0, and the retry loop.
+#include <elasticrun/elastic.hpp>
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+namespace elasticrun {
+
+namespace {
+
+// Items up to this size travel together in one broadcast in sync(); larger ones are
+// broadcast in place, which saves a copy of the bytes that dominate the cost.
+constexpr std::size_t kCoalesceBytes = 64 * 1024;
+
+struct Item {
+  std::string name;
+  std::byte* data;
+  std::size_t bytes;
+  DataType type;
+  std::size_t offset;  // in each snapshot slot
+};
+
+std::uint64_t fnv1a(std::uint64_t h, const void* p, std::size_t n) {
+  const auto* b = static_cast<const unsigned char*>(p);
+  for (std::size_t i = 0; i < n; ++i) h = (h ^ b[i]) * 0x100000001b3ULL;
+  return h;
+}
+
+}  // namespace
+
+struct State::Impl {
+  Impl(Context& c, ElasticHooks h) : ctx(c), hooks(std::move(h)) {}
+
+  Context& ctx;
+  ElasticHooks hooks;
+  std::vector<Item> items;
+  // Two snapshot slots with one layout: a new snapshot is written into the spare slot
+  // and becomes current only once complete, so the last good one is never half
+  // overwritten, and after the first commit no commit allocates.
+  std::vector<std::byte> slots[2];
+  int current = 0;
+  std::uint64_t commits = 0;
+  std::vector<std::function<void()>> callbacks;
+  std::vector<std::byte> pack;  // sync() staging for the small items
+  bool at_commit = false;
+
+  bool hosts_updated() const { return hooks.hosts_updated ? hooks.hosts_updated() : ctx.hosts_updated(); }
+
+  void snapshot() {
+    int spare = 1 - current;
+    for (const Item& it : items) std::memcpy(slots[spare].data() + it.offset, it.data, it.bytes);
+    current = spare;
+  }
+
+  // Names, sizes and types in order, so ranks can check they track the same thing.
+  // 62 bits, so that it and its negation fit an i64 allreduce.
+  std::int64_t fingerprint() const {
+    std::uint64_t h = 0xcbf29ce484222325ULL;
+    for (const Item& it : items) {
+      h = fnv1a(h, it.name.data(), it.name.size() + 1);
+      std::uint64_t b = it.bytes;
+      int t = static_cast<int>(it.type);
+      h = fnv1a(fnv1a(h, &b, sizeof b), &t, sizeof t);
+    }
+    return static_cast<std::int64_t>(h >> 2);
+  }
+
+  void check_layout();
+  void broadcast_small();
+  void broadcast_large();
+};
+
+// One allreduce(max) of (fp, -fp): every rank learns both the largest and the
+// smallest fingerprint, so all ranks agree on whether the layouts differ and throw
+// together instead of leaving some ranks blocked in a broadcast of another size.
+void State::Impl::check_layout() {
+  std::int64_t fp = fingerprint();
+  std::int64_t v[2] = {fp, -fp};
+  ctx.comm().allreduce(v, v, 2, DataType::i64, ReduceOp::max);
+  if (v[0] != fp || v[1] != -fp)
+    throw Error("elastic state: ranks track different items (names, sizes or types differ); every rank "
+                "must track the same items in the same order");
+}
+
+// The commit counter and every small item, packed in registration order into one
+// buffer that rank 0 fills and the others unpack after a single broadcast.
+void State::Impl::broadcast_small() {
+  std::size_t total = sizeof commits;
+  for (const Item& it : items)
+    if (it.bytes <= kCoalesceBytes) total += it.bytes;
+  pack.resize(total);
+  bool root = ctx.comm().rank() == 0;
+  if (root) {
+    std::memcpy(pack.data(), &commits, sizeof commits);
+    std::size_t at = sizeof commits;
+    for (const Item& it : items) {
+      if (it.bytes > kCoalesceBytes) continue;
+      std::memcpy(pack.data() + at, it.data, it.bytes);
+      at += it.bytes;
+    }
+  }
+  ctx.comm().broadcast(pack.data(), pack.size(), DataType::u8, 0);
+  if (root) return;
+  std::memcpy(&commits, pack.data(), sizeof commits);
+  std::size_t at = sizeof commits;
+  for (const Item& it : items) {
+    if (it.bytes > kCoalesceBytes) continue;
+    std::memcpy(it.data, pack.data() + at, it.bytes);
+    at += it.bytes;
+  }
+}
+
+void State::Impl::broadcast_large() {
+  for (const Item& it : items)
+    if (it.bytes > kCoalesceBytes) ctx.comm().broadcast(it.data, it.bytes, DataType::u8, 0);
+}
+
+State::State() : State(elasticrun::context()) {}
+
+State::State(Context& ctx, ElasticHooks hooks) : impl_(std::make_unique<Impl>(ctx, std::move(hooks))) {}
+
+State::~State() = default;
+
+void State::track_raw(std::string name, void* data, std::size_t count, DataType t) {
+  if (name.empty()) throw Error("elastic state: an item needs a name");
+  if (static_cast<int>(t) < 0 || static_cast<int>(t) > static_cast<int>(DataType::i64))
+    throw Error("elastic state: item '" + name + "' has an invalid data type");
+  if (!data && count > 0) throw Error("elastic state: item '" + name + "' has no memory");
+  auto& items = impl_->items;
+  if (std::any_of(items.begin(), items.end(), [&](const Item& it) { return it.name == name; }))
+    throw Error("elastic state: item '" + name + "' is already tracked");
+  std::size_t offset = impl_->slots[0].size();
+  std::size_t bytes = count * size_of(t);
+  items.push_back(Item{std::move(name), static_cast<std::byte*>(data), bytes, t, offset});
+  for (auto& slot : impl_->slots) slot.resize(offset + bytes);
+  // Its snapshot starts as its value now, so restore() before any commit is defined.
+  if (bytes > 0) std::memcpy(impl_->slots[impl_->current].data() + offset, data, bytes);
+}
+
+void State::commit() {
+  impl_->at_commit = false;
+  impl_->snapshot();
+  ++impl_->commits;
+  // Horovod's check_host_updates: all ranks must leave at the same commit, so one
+  // rank's notice is shared with all through a 4-byte allreduce(max).
+  std::int32_t flag = impl_->hosts_updated() ? 1 : 0;
+  try {
+    impl_->ctx.comm().allreduce(&flag, &flag, 1, DataType::i32, ReduceOp::max);
+  } catch (const HostsUpdated&) {
+    impl_->at_commit = true;
+    throw;
+  }
+  if (flag) {
+    impl_->at_commit = true;
+    throw HostsUpdated("hosts updated: re-joining at commit " + std::to_string(impl_->commits));
+  }
+}
+
+void State::restore() {
+  impl_->at_commit = false;
+  const auto& slot = impl_->slots[impl_->current];
+  for (const Item& it : impl_->items) std::memcpy(it.data, slot.data() + it.offset, it.bytes);
+}
+
+void State::sync() {
+  impl_->at_commit = false;
+  impl_->check_layout();
+  impl_->broadcast_small();
+  impl_->broadcast_large();
+  impl_->snapshot();
+}
+
+void State::on_reset(std::function<void()> callback) {
+  if (!callback) throw Error("elastic state: on_reset needs a callable");
+  impl_->callbacks.push_back(std::move(callback));
+}
+
+std::uint64_t State::commits() const { return impl_->commits; }
+Context& State::context() { return impl_->ctx; }
+bool State::interrupted_at_commit() const { return impl_->at_commit; }
+
+void State::reset() {
+  if (impl_->hooks.rejoin)
+    impl_->hooks.rejoin();
+  else
+    impl_->ctx.rejoin();
+  for (auto& cb : impl_->callbacks) cb();
+}
+
+// Each pass syncs from rank 0 and runs the body. A failure of a peer rolls this
+// rank back to its last commit; a host update raised by commit() leaves memory as
+// it is (it equals the commit), while one that interrupted a collective mid-step
+// rolls back like a failure. Either way the worker re-joins and the pass repeats;
+// the sync at its start overwrites everyone with rank 0's committed state.
+void run_loop(State& state, const std::function<void()>& body) {
+  for (;;) {
+    try {
+      state.sync();
+      body();
+      return;
+    } catch (const WorkersFailed&) {
+      state.restore();
+    } catch (const HostsUpdated&) {
+      if (!state.interrupted_at_commit()) state.restore();
+    }
+    state.reset();
+  }
+}
+
+}  // namespace elasticrun

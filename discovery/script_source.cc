@@ -1,0 +1,281 @@
+// The discovery-script host source: runs the user's program, reads what it prints, and
+// turns every way it can go wrong into a message instead of a hang or a crash.
+//
+// How one poll runs:
+//  - the script starts in its own process group, stdin from /dev/null, stdout and
+//    stderr on async pipes read on the io_context;
+//  - it ends when the script has exited AND both pipes reached EOF; when the script
+//    exits, whatever it left running in its group is killed, so a forgotten background
+//    child cannot hold the pipes open;
+//  - a deadline, an output cap or cancel() kill the whole group (SIGKILL to -pgid).
+// We reap our own pid with waitpid(pid, WNOHANG) on SIGCHLD rather than through
+// Boost.Process: its 1.74 on_exit folds exit codes and signals together, and other parts
+// of the driver reap their own children the same way, so nobody may wait(-1).
+#include "discovery/host_source.h"
+#include "discovery/script_output.h"
+
+#include "common/log.h"
+
+#include <boost/asio.hpp>
+#include <boost/process.hpp>
+#include <boost/process/extend.hpp>
+
+#include <fmt/format.h>
+
+#include <linux/close_range.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <cerrno>
+#include <csignal>
+#include <cstring>
+#include <thread>
+
+namespace elasticrun::discovery {
+namespace {
+
+namespace bp = boost::process;
+namespace asio = boost::asio;
+
+constexpr std::size_t kStderrTail = 1024;
+
+// Runs in the child between fork and exec (async-signal-safe calls only).
+struct ScriptSetup : bp::extend::handler {
+  template <class Executor>
+  void on_exec_setup(Executor&) const {
+    ::setpgid(0, 0);                      // its own group, so a timeout kills its children too
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);   // and it dies with the driver
+    ::signal(SIGPIPE, SIG_DFL);           // the dispositions a fresh program expects
+    sigset_t none;
+    sigemptyset(&none);
+    ::sigprocmask(SIG_SETMASK, &none, nullptr);
+    // The driver's sockets and other children's pipes must not leak into the script
+    // (a leaked pipe end would keep someone else's EOF from arriving). CLOEXEC, not
+    // close: Boost.Process reports an exec failure through a CLOEXEC pipe of its own.
+    ::syscall(SYS_close_range, 3u, ~0u, CLOSE_RANGE_CLOEXEC);
+  }
+};
+
+// What the script's exit status means, or an empty string for exit 0.
+std::string status_text(int status) {
+  if (WIFSIGNALED(status))
+    return fmt::format("killed by signal {} ({})", WTERMSIG(status), ::strsignal(WTERMSIG(status)));
+  if (WEXITSTATUS(status) != 0) return fmt::format("exited with code {}", WEXITSTATUS(status));
+  return {};
+}
+
+// The end of stderr, on one line, without bytes that would garble a log.
+std::string stderr_excerpt(const std::string& tail, bool cut) {
+  std::string s;
+  for (char c : tail) s += c == '\n' ? ' ' : (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) ? '?' : c;
+  while (!s.empty() && s.back() == ' ') s.pop_back();
+  if (s.empty()) return {};
+  return fmt::format(": {}{}", cut ? "..." : "", s);
+}
+
+Result<void> check_executable(const std::string& path) {
+  struct stat st {};
+  if (path.empty()) return fail("no discovery script given");
+  if (::stat(path.c_str(), &st) != 0)
+    return fail(fmt::format("discovery script '{}': {}", path, std::strerror(errno)));
+  if (!S_ISREG(st.st_mode)) return fail(fmt::format("discovery script '{}' is not a regular file", path));
+  if (::access(path.c_str(), X_OK) != 0)
+    return fail(fmt::format("discovery script '{}' is not executable", path));
+  return {};
+}
+
+// One poll in flight. Handlers hold it by shared_ptr, so its buffers outlive them;
+// once `finished` is set they return without touching the source, which may be gone.
+struct Run {
+  explicit Run(asio::io_context& io) : out(io), err(io), deadline(io) {}
+  int pid = 0;
+  bp::async_pipe out, err;
+  asio::steady_timer deadline;
+  std::array<char, 16384> obuf{}, ebuf{};
+  std::string output, stderr_tail;
+  bool stderr_cut = false;
+  int open_pipes = 2;
+  bool exited = false;
+  int status = 0;
+  bool finished = false;
+  HostSource::Done done;
+};
+
+class ScriptSource final : public HostSource {
+ public:
+  ScriptSource(asio::io_context& io, ScriptOptions opt) : io_(io), opt_(std::move(opt)), sigchld_(io, SIGCHLD) {
+    wait_sigchld();
+  }
+  ~ScriptSource() override;
+  void poll(Done done) override;
+  void cancel() override { abandon(); }
+
+ private:
+  void answer_later(Done done, Result<std::vector<Host>> r);
+  void read(const std::shared_ptr<Run>& run, bool is_stdout);
+  void on_bytes(Run& run, bool is_stdout, std::size_t n);
+  void wait_sigchld();
+  void reap();
+  void maybe_complete();
+  void finish(Result<std::vector<Host>> r);
+  void abandon();
+  Result<std::vector<Host>> outcome(const Run& run) const;
+
+  asio::io_context& io_;
+  ScriptOptions opt_;
+  asio::signal_set sigchld_;
+  std::shared_ptr<Run> run_;
+  std::vector<int> zombies_;  // killed pids not reaped yet
+};
+
+ScriptSource::~ScriptSource() {
+  abandon();
+  // SIGKILLed processes die promptly; wait a little for them so that no zombie is left,
+  // without ever blocking for long.
+  for (int i = 0; i < 100 && !zombies_.empty(); ++i) {
+    reap();
+    if (!zombies_.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+}
+
+void ScriptSource::answer_later(Done done, Result<std::vector<Host>> r) {
+  asio::post(io_, [done = std::move(done), r = std::move(r)]() mutable { done(std::move(r)); });
+}
+
+void ScriptSource::poll(Done done) {
+  if (run_) return answer_later(std::move(done), fail("a discovery poll is already running"));
+  if (auto ok = check_executable(opt_.path); !ok) return answer_later(std::move(done), Failure{ok.error()});
+  auto run = std::make_shared<Run>(io_);
+  try {
+    bp::child child(bp::exe = opt_.path, bp::std_in < bp::null, bp::std_out > run->out,
+                    bp::std_err > run->err, ScriptSetup{});
+    run->pid = child.id();
+    child.detach();  // we reap it ourselves; a joinable bp::child would kill it on destruction
+  } catch (const std::exception& e) {
+    return answer_later(std::move(done), fail(fmt::format("cannot run discovery script '{}': {}", opt_.path, e.what())));
+  }
+  run->done = std::move(done);
+  run_ = run;
+  read(run, true);
+  read(run, false);
+  run->deadline.expires_after(opt_.timeout);
+  run->deadline.async_wait([this, run](boost::system::error_code ec) {
+    if (ec || run->finished) return;
+    finish(fail(fmt::format("discovery script timed out after {:.1f} s", opt_.timeout.count() / 1000.0)));
+  });
+  reap();  // it may have exited before the first SIGCHLD could be seen
+}
+
+void ScriptSource::read(const std::shared_ptr<Run>& run, bool is_stdout) {
+  auto& pipe = is_stdout ? run->out : run->err;
+  auto& buf = is_stdout ? run->obuf : run->ebuf;
+  pipe.async_read_some(asio::buffer(buf), [this, run, is_stdout](boost::system::error_code ec, std::size_t n) {
+    if (run->finished) return;
+    on_bytes(*run, is_stdout, n);
+    if (run->finished) return;  // the output cap ended the poll
+    if (ec) {
+      --run->open_pipes;
+      maybe_complete();
+      return;
+    }
+    read(run, is_stdout);
+  });
+}
+
+void ScriptSource::on_bytes(Run& run, bool is_stdout, std::size_t n) {
+  if (n == 0) return;
+  if (!is_stdout) {
+    run.stderr_tail.append(run.ebuf.data(), n);
+    if (run.stderr_tail.size() > 2 * kStderrTail) {  // trim in batches, not on every read
+      run.stderr_tail.erase(0, run.stderr_tail.size() - kStderrTail);
+      run.stderr_cut = true;
+    }
+    return;
+  }
+  if (run.output.size() + n > opt_.max_output)
+    return finish(fail(fmt::format("discovery script output exceeds {} (script killed)", human_size(opt_.max_output))));
+  run.output.append(run.obuf.data(), n);
+}
+
+void ScriptSource::wait_sigchld() {
+  sigchld_.async_wait([this](boost::system::error_code ec, int) {
+    if (ec) return;  // operation_aborted: the source is being destroyed
+    reap();
+    wait_sigchld();
+  });
+}
+
+// Only our own pids, never waitpid(-1): the rest of the process has children too.
+void ScriptSource::reap() {
+  std::erase_if(zombies_, [](int pid) {
+    int status = 0;
+    int r = ::waitpid(pid, &status, WNOHANG);
+    return r == pid || (r < 0 && errno == ECHILD);
+  });
+  if (!run_ || run_->exited) return;
+  siginfo_t info{};
+  // Peek first (WNOWAIT): while the leader is unreaped its pid cannot be reused, so
+  // killing the group by that pid cannot hit a stranger.
+  if (::waitid(P_PID, run_->pid, &info, WEXITED | WNOHANG | WNOWAIT) != 0 || info.si_pid != run_->pid) return;
+  ::kill(-run_->pid, SIGKILL);  // leftovers of a finished script: nothing should remain
+  int status = 0;
+  if (::waitpid(run_->pid, &status, WNOHANG) != run_->pid) return;
+  run_->exited = true;
+  run_->status = status;
+  maybe_complete();
+}
+
+void ScriptSource::maybe_complete() {
+  if (!run_ || !run_->exited || run_->open_pipes > 0) return;
+  finish(outcome(*run_));
+}
+
+Result<std::vector<Host>> ScriptSource::outcome(const Run& run) const {
+  if (auto st = status_text(run.status); !st.empty())
+    return fail(fmt::format("discovery script {}{}", st, stderr_excerpt(run.stderr_tail, run.stderr_cut)));
+  auto parsed = parse_script_output(run.output, opt_.default_slots);
+  if (!parsed) return fail("discovery script output, " + parsed.error());
+  if (!parsed->merged.empty())
+    ER_LOG(discovery, debug, "discovery script listed {} more than once; their slots were added up",
+           fmt::join(parsed->merged, ", "));
+  return std::move(parsed->hosts);
+}
+
+// Ends the current poll with `r`. The source is ready for the next poll before the
+// callback runs, because the callback may well start one.
+void ScriptSource::finish(Result<std::vector<Host>> r) {
+  auto run = run_;
+  if (!run) return;
+  Done done = std::move(run->done);
+  abandon();
+  if (done) done(std::move(r));
+}
+
+// Stops the current poll without answering: kills the group if it still runs (keeping
+// the pid to reap later), closes the pipes, and forgets the run.
+void ScriptSource::abandon() {
+  auto run = std::move(run_);
+  if (!run) return;
+  run->finished = true;
+  if (!run->exited) {
+    ::kill(-run->pid, SIGKILL);
+    zombies_.push_back(run->pid);
+  }
+  boost::system::error_code ec;
+  run->out.close(ec);
+  run->err.close(ec);
+  run->deadline.cancel();
+  reap();
+}
+
+}  // namespace
+
+std::unique_ptr<HostSource> make_script_source(boost::asio::io_context& io, ScriptOptions options) {
+  return std::make_unique<ScriptSource>(io, std::move(options));
+}
+
+}  // namespace elasticrun::discovery

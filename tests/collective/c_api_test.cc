@@ -1,0 +1,16 @@
+// The C API never throws: before er_init() every call reports ER_INVALID with a reason.
+#include <elasticrun/elasticrun.h>
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+TEST(CApi, CallsBeforeInitAreInvalidNotFatal) {
+  EXPECT_EQ(er_rank(), -1);
+  EXPECT_EQ(er_size(), -1);
+  float x = 1;
+  EXPECT_EQ(er_allreduce(&x, &x, 1, ER_F32, ER_SUM), ER_INVALID);
+  EXPECT_NE(std::string(er_last_error()).find("er_init"), std::string::npos);
+  EXPECT_EQ(er_barrier(), ER_INVALID);
+  EXPECT_EQ(er_allreduce(&x, &x, 1, static_cast<er_datatype>(42), ER_SUM), ER_INVALID);
+}

@@ -1,0 +1,263 @@
+// The elastic State over real collectives: N ranks as threads, each with a Context
+// around its own UCX communicator. Resets are simulated through ElasticHooks, since
+// a standalone Context has no rendezvous server to re-join.
+#include "rank_fixture.h"
+
+#include <elasticrun/elastic.hpp>
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace elasticrun::collective::testing {
+namespace {
+
+using namespace std::chrono_literals;
+
+struct Pair {
+  std::int32_t a;
+  double b;
+};
+
+// Runs fn(rank, ctx) on n threads; rethrows the first exception after all joined.
+void run_contexts(int n, const std::string& scope, const std::function<void(int, Context&)>& fn) {
+  World w(n);
+  std::mutex mu;
+  std::exception_ptr first;
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        CommConfig cfg;
+        cfg.rank = r;
+        cfg.size = n;
+        cfg.scope = scope;
+        cfg.timeout = 20s;  // a broken test fails instead of hanging
+        Context ctx(make_ucx_communicator(cfg, w.store, w.aborts[r]));
+        fn(r, ctx);
+      } catch (...) {
+        std::lock_guard lock(mu);
+        if (!first) first = std::current_exception();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  if (first) std::rethrow_exception(first);
+}
+
+ElasticHooks quiet_hooks(std::function<void()> rejoin = [] {}) {
+  return ElasticHooks{std::move(rejoin), [] { return false; }};
+}
+
+TEST(ElasticState, CommitRestoreRoundTrip) {
+  run_contexts(1, "roundtrip/", [](int, Context& ctx) {
+    std::vector<float> f = {1, 2, 3};
+    std::vector<std::byte> raw(5, std::byte{7});
+    Pair p{1, 1.5};
+    State st(ctx, quiet_hooks());
+    st.track("f", std::span(f));
+    st.track("raw", std::span(raw));
+    st.track_value("pair", p);
+
+    // Before any commit, restore() goes back to the values at registration.
+    f[0] = 100;
+    p.a = 9;
+    st.restore();
+    EXPECT_EQ(f[0], 1);
+    EXPECT_EQ(p.a, 1);
+
+    f = {4, 5, 6};
+    raw[4] = std::byte{1};
+    p = {2, 2.5};
+    st.commit();
+    EXPECT_EQ(st.commits(), 1u);
+    f = {0, 0, 0};
+    raw[4] = std::byte{0};
+    p = {0, 0};
+    st.restore();
+    EXPECT_EQ(f, (std::vector<float>{4, 5, 6}));
+    EXPECT_EQ(raw[4], std::byte{1});
+    EXPECT_EQ(p.a, 2);
+    EXPECT_EQ(p.b, 2.5);
+
+    // A second commit replaces the first (the double buffer flips back).
+    f[1] = 50;
+    st.commit();
+    f[1] = -1;
+    st.restore();
+    EXPECT_EQ(f[1], 50);
+  });
+}
+
+TEST(ElasticState, DuplicateAndEmptyNamesAreErrors) {
+  run_contexts(1, "names/", [](int, Context& ctx) {
+    std::int64_t a = 0, b = 0;
+    State st(ctx, quiet_hooks());
+    st.track_value("a", a);
+    EXPECT_THROW(st.track_value("a", b), Error);
+    EXPECT_THROW(st.track_value("", b), Error);
+    EXPECT_THROW(st.track_raw("null", nullptr, 4, DataType::i32), Error);
+    EXPECT_THROW(st.on_reset(nullptr), Error);
+  });
+}
+
+TEST(ElasticState, SyncMakesEveryRankEqualRankZero) {
+  constexpr int n = 3;
+  run_contexts(n, "sync/", [](int r, Context& ctx) {
+    std::vector<std::int64_t> small(10, r * 100);
+    std::vector<float> large(50000, static_cast<float>(r));  // 200 KB: broadcast in place
+    std::int32_t step = r + 7;
+    State st(ctx, quiet_hooks());
+    st.track("small", std::span(small));
+    st.track("large", std::span(large));
+    st.track_value("step", step);
+    st.sync();
+    EXPECT_EQ(small, std::vector<std::int64_t>(10, 0)) << "rank " << r;
+    EXPECT_EQ(large, std::vector<float>(50000, 0.0f)) << "rank " << r;
+    EXPECT_EQ(step, 7) << "rank " << r;
+    // sync() snapshots: restore() returns to rank 0's values.
+    small[3] = -1;
+    large[49999] = -1;
+    step = -1;
+    st.restore();
+    EXPECT_EQ(small[3], 0);
+    EXPECT_EQ(large[49999], 0.0f);
+    EXPECT_EQ(step, 7);
+  });
+}
+
+TEST(ElasticState, SyncRejectsDifferentLayoutsOnEveryRank) {
+  std::atomic<int> errors{0};
+  run_contexts(3, "layout/", [&](int r, Context& ctx) {
+    std::vector<std::int32_t> buf(r == 1 ? 5 : 4);
+    State st(ctx, quiet_hooks());
+    st.track("buf", std::span(buf));
+    try {
+      st.sync();
+    } catch (const Error& e) {
+      ++errors;
+      EXPECT_NE(std::string(e.what()).find("different items"), std::string::npos) << e.what();
+    }
+  });
+  EXPECT_EQ(errors.load(), 3);
+}
+
+TEST(ElasticState, HostsUpdatedOnAllRanksAtTheSameCommit) {
+  constexpr int n = 3;
+  std::vector<std::uint64_t> raised_at(n, 0);
+  run_contexts(n, "hosts/", [&](int r, Context& ctx) {
+    int checks = 0;
+    // Only rank 1 hears about new hosts, from its third commit on.
+    ElasticHooks hooks{[] {}, [&checks, r] { return r == 1 && ++checks >= 3; }};
+    std::int64_t x = 0;
+    State st(ctx, hooks);
+    st.track_value("x", x);
+    for (int i = 0; i < 10; ++i) {
+      x = i;
+      try {
+        st.commit();
+      } catch (const HostsUpdated&) {
+        raised_at[r] = st.commits();
+        EXPECT_TRUE(st.interrupted_at_commit());
+        break;
+      }
+    }
+  });
+  for (int r = 0; r < n; ++r) EXPECT_EQ(raised_at[r], 3u) << "rank " << r;
+}
+
+TEST(ElasticState, RunRestoresOnWorkersFailed) {
+  run_contexts(2, "run-failed/", [](int r, Context& ctx) {
+    int rejoins = 0;
+    std::int64_t x = 0;
+    State st(ctx, quiet_hooks([&] { ++rejoins; }));
+    st.track_value("x", x);
+    int calls = 0;
+    int result = run(st, [&](State& s) {
+      ++calls;
+      if (calls == 1) {
+        x = 10 + r;  // rank 0's value wins at the next sync
+        s.commit();
+        x = 99;
+        throw WorkersFailed("injected");
+      }
+      EXPECT_EQ(x, 10) << "rank " << r << ": not restored and synced from rank 0";
+      return 42;
+    });
+    EXPECT_EQ(result, 42);
+    EXPECT_EQ(calls, 2);
+    EXPECT_EQ(rejoins, 1);
+  });
+}
+
+TEST(ElasticState, RunKeepsTheCommitThatRaisedHostsUpdated) {
+  run_contexts(2, "run-hosts/", [](int r, Context& ctx) {
+    bool announced = false;
+    std::int64_t x = 0;
+    ElasticHooks hooks{[&] { announced = false; }, [&] { return announced; }};
+    State st(ctx, hooks);
+    st.track_value("x", x);
+    int calls = 0;
+    run(st, [&](State& s) {
+      if (++calls == 1) {
+        x = 20;
+        if (r == 0) announced = true;  // one rank's notice stops both at this commit
+        s.commit();
+        ADD_FAILURE() << "commit did not raise HostsUpdated";
+      }
+      EXPECT_EQ(x, 20);
+      EXPECT_EQ(s.commits(), 1u);
+    });
+    EXPECT_EQ(calls, 2);
+  });
+}
+
+TEST(ElasticState, RunRestoresWhenHostsUpdatedInterruptsAStep) {
+  run_contexts(2, "run-mid/", [](int, Context& ctx) {
+    std::int64_t x = 5;
+    State st(ctx, quiet_hooks());
+    st.track_value("x", x);
+    int calls = 0;
+    run(st, [&](State&) {
+      if (++calls == 1) {
+        x = 6;  // half a step: must not survive
+        throw HostsUpdated("injected mid-step");
+      }
+      EXPECT_EQ(x, 5);
+    });
+    EXPECT_EQ(calls, 2);
+  });
+}
+
+TEST(ElasticState, OnResetRunsAfterEachRejoinInOrder) {
+  run_contexts(2, "on-reset/", [](int, Context& ctx) {
+    std::vector<std::string> events;
+    std::int64_t x = 0;
+    State st(ctx, quiet_hooks([&] { events.push_back("rejoin"); }));
+    st.track_value("x", x);
+    st.on_reset([&] { events.push_back("a"); });
+    st.on_reset([&] { events.push_back("b"); });
+    int calls = 0;
+    run(st, [&](State&) {
+      if (++calls <= 2) throw WorkersFailed("injected");
+    });
+    EXPECT_EQ(events, (std::vector<std::string>{"rejoin", "a", "b", "rejoin", "a", "b"}));
+  });
+}
+
+TEST(ElasticState, RunPropagatesAFailedRejoinAndOtherErrors) {
+  run_contexts(1, "run-errors/", [](int, Context& ctx) {
+    State removed(ctx, quiet_hooks([] { throw Error("not part of epoch 3"); }));
+    EXPECT_THROW(run(removed, [](State&) { throw WorkersFailed("injected"); }), Error);
+    State st(ctx, quiet_hooks());
+    EXPECT_THROW(run(st, [](State&) { throw TimeoutError("injected"); }), TimeoutError);
+  });
+}
+
+}  // namespace
+}  // namespace elasticrun::collective::testing
