@@ -17,12 +17,6 @@ namespace elasticrun::cmd {
 
 namespace asio = boost::asio;
 
-Job::Job(Options opts)
-    : opts_(std::move(opts)), secret_(auth::random_secret()), output_(opts_.output_dir),
-      signals_(io_, SIGINT, SIGTERM, SIGHUP), start_timer_(io_), stop_timer_(io_) {}
-
-Job::~Job() = default;
-
 namespace {
 
 bool executable_file(const std::string& p) {
@@ -38,7 +32,22 @@ std::string describe_exit(const msg::Exited& e) {
   return fmt::format("exited with code {}", e.code);
 }
 
+rendezvous::MembershipConfig membership_config(const Options& o) {
+  rendezvous::MembershipConfig c;
+  c.min_np = o.elastic ? o.min_np : o.np;
+  c.max_np = o.elastic ? o.max_np : o.np;
+  c.cooldown = o.blacklist_cooldown;
+  return c;
+}
+
 }  // namespace
+
+Job::Job(Options opts)
+    : opts_(std::move(opts)), secret_(auth::random_secret()), membership_(membership_config(opts_)),
+      output_(opts_.output_dir), signals_(io_, SIGINT, SIGTERM, SIGHUP), join_timer_(io_), elastic_timer_(io_),
+      stop_timer_(io_), cooldown_timer_(io_) {}
+
+Job::~Job() = default;
 
 Result<std::string> Job::daemon_path() const {
   if (!opts_.daemon_path.empty()) {
@@ -63,18 +72,24 @@ Result<std::string> Job::daemon_path() const {
 }
 
 Result<void> Job::start() {
+  if (!events_.open(opts_.events_file))
+    return fail(fmt::format("cannot open --events file '{}': {}", opts_.events_file, std::strerror(errno)));
   for (const auto& h : opts_.hosts)
     if (!discovery::is_local_host(h.name))
       return fail(fmt::format("host '{}' is not this machine; launching on remote hosts needs SSH, "
                               "which this version does not support yet", h.name));
   auto dpath = daemon_path();
   if (!dpath) return Failure{dpath.error()};
+  daemon_path_ = *dpath;
+  char cwd[PATH_MAX] = {};
+  if (!::getcwd(cwd, sizeof cwd)) return fail("cannot read the working directory");
+  cwd_ = cwd;
   rendezvous::Server::Callbacks cb;
-  cb.on_worker_joined = [this](const rendezvous::WorkerPlace& p, std::uint64_t) {
-    if (Worker* w = worker(p.host, static_cast<std::uint32_t>(p.slot)); w && !w->joined) {
-      w->joined = true;
-      if (++joined_ == assignment_.size()) start_timer_.cancel();
-    }
+  cb.on_worker_joined = [this](const rendezvous::WorkerPlace& p, std::uint64_t e) { on_joined(p, e); };
+  cb.on_worker_lost = [this](const rendezvous::WorkerPlace& p, std::uint64_t) {
+    // The exit report from the daemon follows; acting on the lost connection already
+    // makes recovery start as soon as the process is gone.
+    on_worker_failed({p.host, p.slot}, "lost its rendezvous connection");
   };
   try {
     server_ = std::make_unique<rendezvous::Server>(
@@ -82,15 +97,15 @@ Result<void> Job::start() {
   } catch (const std::exception& e) {
     return fail(std::string("cannot start the rendezvous server: ") + e.what());
   }
-  assignment_ = rendezvous::assign(opts_.hosts, opts_.np, 1);
-  server_->start_epoch(assignment_, msg::NotifyKind::abort, "");
-  for (const auto& w : assignment_.workers)
-    workers_[{w.host, static_cast<std::uint32_t>(w.slot)}] = Worker{w.rank};
+  rendezvous_addr_ = fmt::format("127.0.0.1:{}", server_->port());
+  ER_LOG(driver, info, "rendezvous server on {}", rendezvous_addr_);
+  start_watcher();
+  return {};
+}
 
+DaemonEvents Job::daemon_events() {
   DaemonEvents ev;
-  ev.on_started = [this](const std::string& host, const msg::Started& s) {
-    if (Worker* w = worker(host, s.slot)) w->started = true, w->pid = static_cast<int>(s.pid);
-  };
+  ev.on_started = [this](const std::string& host, const msg::Started& s) { on_started(host, s); };
   ev.on_output = [this](const std::string& host, const msg::Output& o) {
     Worker* w = worker(host, o.slot);
     if (!w || (o.stream != 1 && o.stream != 2)) return;
@@ -99,75 +114,111 @@ Result<void> Job::start() {
   ev.on_exited = [this](const std::string& host, const msg::Exited& e) { on_exited(host, e); };
   ev.on_spawn_failed = [this](const std::string& host, const msg::SpawnFailed& f) {
     Worker* w = worker(host, f.slot);
-    finish(exit_code::kLaunchFailed, fmt::format("cannot start rank {} on host '{}': {}", w ? w->rank : -1,
-                                                 host, f.message));
+    std::string why = fmt::format("cannot start rank {} on host '{}': {}", w ? w->rank : -1, host, f.message);
+    // A program that cannot start anywhere is not a host problem: fail at once.
+    finish(exit_code::kLaunchFailed, why);
   };
   ev.on_closed = [this](const std::string& host, bool clean, const std::string& why) {
-    on_closed(host, clean, why);
+    on_daemon_closed(host, clean, why);
   };
-  char cwd[PATH_MAX] = {};
-  if (!::getcwd(cwd, sizeof cwd)) return fail("cannot read the working directory");
-  std::string addr = fmt::format("127.0.0.1:{}", server_->port());
-  for (const auto& h : opts_.hosts) {
-    if (!assignment_.find(h.name, 0)) continue;  // no ranks there
-    auto link = launch_local_daemon(io_, h.name, *dpath, opts_.log_level, ev);
-    if (!link) return fail(fmt::format("starting daemon on '{}': {}", h.name, link.error()));
-    (*link)->send(msg::Config{wire::Bytes(secret_.begin(), secret_.end()), addr, h.name, cwd});
-    spawn_workers(**link);
-    daemons_[h.name] = std::move(*link);
-  }
-  return {};
+  return ev;
 }
 
-void Job::spawn_workers(DaemonLink& d) {
-  for (const auto& w : assignment_.workers)
-    if (w.host == d.host())
-      d.send(msg::Spawn{static_cast<std::uint32_t>(w.slot), assignment_.epoch, w.rank, assignment_.size(),
-                        opts_.command, opts_.env});
+DaemonLink* Job::ensure_daemon(const std::string& host) {
+  auto it = daemons_.find(host);
+  if (it != daemons_.end() && !it->second->closed()) return it->second.get();
+  if (!discovery::is_local_host(host)) {
+    on_worker_failed({host, -1}, "remote hosts need SSH, which this version does not support yet");
+    return nullptr;
+  }
+  auto link = launch_local_daemon(io_, host, daemon_path_, opts_.log_level, daemon_events());
+  if (!link) {
+    finish(exit_code::kLaunchFailed, fmt::format("starting daemon on '{}': {}", host, link.error()));
+    return nullptr;
+  }
+  (*link)->send(msg::Config{wire::Bytes(secret_.begin(), secret_.end()), rendezvous_addr_, host, cwd_});
+  DaemonLink* raw = link->get();
+  daemons_[host] = std::move(*link);
+  return raw;
+}
+
+void Job::spawn(const rendezvous::WorkerPlace& w) {
+  DaemonLink* d = ensure_daemon(w.host);
+  if (!d) return;
+  workers_[{w.host, w.slot}] = Worker{w.rank};
+  d->send(msg::Spawn{static_cast<std::uint32_t>(w.slot), assignment_.epoch, w.rank, assignment_.size(),
+                     opts_.command, opts_.env});
+}
+
+void Job::signal_worker(const Place& p, int sig) {
+  auto it = daemons_.find(p.first);
+  if (it != daemons_.end() && !it->second->closed())
+    it->second->send(msg::Kill{static_cast<std::uint32_t>(p.second), sig});
 }
 
 Job::Worker* Job::worker(const std::string& host, std::uint32_t slot) {
-  auto it = workers_.find({host, slot});
+  auto it = workers_.find({host, static_cast<int>(slot)});
   return it == workers_.end() ? nullptr : &it->second;
 }
 
-void Job::on_exited(const std::string& host, const msg::Exited& e) {
-  Worker* w = worker(host, e.slot);
-  if (!w || w->exited) return;
-  w->exited = true;
-  output_.finish(w->rank);
-  if (exit_code_ >= 0) return maybe_done();  // already stopping: exits are expected
-  if (e.code != 0 || e.signal != 0) {
-    finish(exit_code::kWorkerFailed, fmt::format("rank {} (host '{}', slot {}, pid {}) {}", w->rank, host,
-                                                 e.slot, e.pid, describe_exit(e)));
-    return;
+std::string Job::describe(const Place& p) const {
+  auto it = workers_.find(p);
+  int rank = it == workers_.end() ? -1 : it->second.rank;
+  int pid = it == workers_.end() ? 0 : it->second.pid;
+  return fmt::format("rank {} (host '{}', slot {}, pid {})", rank, p.first, p.second, pid);
+}
+
+void Job::on_started(const std::string& host, const msg::Started& s) {
+  Worker* w = worker(host, s.slot);
+  if (!w) return;
+  w->pid = static_cast<int>(s.pid);
+  events_.emit("worker_started", {{"host", host}, {"slot", s.slot}, {"rank", w->rank}, {"pid", s.pid},
+                                  {"epoch", assignment_.epoch}});
+}
+
+void Job::on_joined(const rendezvous::WorkerPlace& p, std::uint64_t epoch) {
+  Worker* w = worker(p.host, static_cast<std::uint32_t>(p.slot));
+  if (!w) return;
+  w->joined_epoch = epoch;
+  if (epoch != assignment_.epoch) return;
+  for (const auto& r : assignment_.workers) {
+    Worker* x = worker(r.host, static_cast<std::uint32_t>(r.slot));
+    if (!x || x->joined_epoch != epoch) return;
   }
-  bool all = true;
-  for (const auto& [k, wk] : workers_) all = all && wk.exited;
-  if (all) finish(exit_code::kOk, "");
+  join_timer_.cancel();
+  events_.emit("epoch_joined", {{"epoch", epoch}, {"size", assignment_.size()}});
 }
 
-void Job::on_closed(const std::string& host, bool clean, const std::string& why) {
-  if (exit_code_ < 0 && !clean)
-    finish(exit_code::kWorkerFailed, fmt::format("lost the daemon on host '{}': {}", host, why));
-  maybe_done();
+void Job::on_exited(const std::string& host, const msg::Exited& e) {
+  Place p{host, static_cast<int>(e.slot)};
+  auto it = workers_.find(p);
+  if (it == workers_.end()) return;
+  Worker& w = it->second;
+  output_.finish(w.rank);
+  events_.emit("worker_exited", {{"host", host}, {"slot", e.slot}, {"rank", w.rank}, {"pid", e.pid},
+                                 {"code", e.code}, {"signal", e.signal}, {"removed", w.removed}});
+  if (exit_code_ >= 0 || w.removed) {
+    workers_.erase(it);
+    return maybe_done();
+  }
+  if (e.code != 0 || e.signal != 0) return on_worker_failed(p, describe_exit(e));
+  w.exited_ok = true;
+  if (all_finished()) finish(exit_code::kOk, "");
 }
 
-void Job::on_start_timeout() {
-  std::string missing;
-  int n = 0;
-  for (const auto& [k, w] : workers_)
-    if (!w.joined && !w.exited && n++ < 8) missing += fmt::format(" {}@{}", w.rank, k.first);
-  finish(exit_code::kTimeout, fmt::format("{} of {} workers did not join within {:.1f} s (rank@host:{})",
-                                          assignment_.size() - joined_, assignment_.size(),
-                                          opts_.start_timeout.count() / 1000.0, missing));
+void Job::on_daemon_closed(const std::string& host, bool clean, const std::string& why) {
+  if (exit_code_ >= 0 || clean) return maybe_done();
+  if (!opts_.elastic) return finish(exit_code::kWorkerFailed, fmt::format("lost the daemon on host '{}': {}", host, why));
+  on_worker_failed({host, -1}, "lost its daemon: " + why);
 }
 
 void Job::finish(int code, const std::string& message) {
   if (exit_code_ >= 0) return;
   exit_code_ = code;
   if (!message.empty()) fmt::print(stderr, "elasticrun: {}\n", message);
-  start_timer_.cancel();
+  events_.emit("job_finished", {{"status", code}, {"message", message}, {"resets", resets_}});
+  for (auto* t : {&join_timer_, &elastic_timer_, &cooldown_timer_}) t->cancel();
+  if (watcher_) watcher_->stop();
   if (server_) server_->notify_all(msg::NotifyKind::shutdown, message.empty() ? "job finished" : message);
   for (auto& [h, d] : daemons_) d->shutdown(std::chrono::milliseconds(2000));
   // The daemons kill stragglers after 2 s; if one does not report back by then, cut it off.
@@ -196,14 +247,7 @@ int Job::run() {
     if (ec) return;
     finish(128 + sig, fmt::format("interrupted by SIG{}; stopping all workers", sigabbrev_np(sig)));
   });
-  if (auto ok = start(); !ok) {
-    finish(exit_code::kLaunchFailed, ok.error());
-  } else {
-    start_timer_.expires_after(opts_.start_timeout);
-    start_timer_.async_wait([this](boost::system::error_code ec) {
-      if (!ec && joined_ < assignment_.size()) on_start_timeout();
-    });
-  }
+  if (auto ok = start(); !ok) finish(exit_code::kLaunchFailed, ok.error());
   io_.run();
   daemons_.clear();
   return exit_code_ < 0 ? exit_code::kLaunchFailed : exit_code_;

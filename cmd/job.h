@@ -1,21 +1,27 @@
-// The job controller: owns the rendezvous server and one DaemonLink per host, and
-// turns their events into the job's outcome.
+// The job controller: owns the rendezvous server, the host watcher (elastic mode), and
+// one DaemonLink per host, and turns their events into epochs and the job's outcome.
 //
-// All of it runs on one io_context thread; nothing here blocks. Every phase has a
-// deadline (start timeout, stop grace), so the driver always exits.
+// Everything runs on one io_context thread; nothing here blocks. Every phase has a
+// deadline (join, re-join, elastic wait, stop grace), so the driver always ends.
+//
+//   job.cc     life cycle: start, daemons, worker events, finishing
+//   epochs.cc  elastic membership: failures, host changes, new epochs, timeouts
 #pragma once
 
 #include "cmd/daemon_link.h"
+#include "cmd/events.h"
 #include "cmd/options.h"
 #include "cmd/output.h"
 #include "common/auth.h"
-#include "rendezvous/assignment.h"
+#include "discovery/host_source.h"
+#include "rendezvous/membership.h"
 #include "rendezvous/server.h"
 
 #include <boost/asio.hpp>
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 
 namespace elasticrun::cmd {
@@ -28,35 +34,63 @@ class Job {
   int run();
 
  private:
+  using Place = rendezvous::Place;
   struct Worker {
-    int rank = 0;
+    int rank = -1;  // in the current epoch
     int pid = 0;
-    bool started = false, joined = false, exited = false;
+    std::uint64_t joined_epoch = 0;
+    bool removed = false;     // stopped on purpose: its exit is expected
+    bool exited_ok = false;   // finished with status 0
   };
 
+  // job.cc
   Result<void> start();
   Result<std::string> daemon_path() const;
-  void spawn_workers(DaemonLink& d);
+  DaemonEvents daemon_events();
+  DaemonLink* ensure_daemon(const std::string& host);
+  void spawn(const rendezvous::WorkerPlace& w);
+  void signal_worker(const Place& p, int sig);
+  void on_started(const std::string& host, const msg::Started& s);
   void on_exited(const std::string& host, const msg::Exited& e);
-  void on_closed(const std::string& host, bool clean, const std::string& why);
-  void on_start_timeout();
-  // Prints `message` (if any), stops everything, and exits with `code`.
+  void on_daemon_closed(const std::string& host, bool clean, const std::string& why);
+  void on_joined(const rendezvous::WorkerPlace& p, std::uint64_t epoch);
   void finish(int code, const std::string& message);
   void maybe_done();
   Worker* worker(const std::string& host, std::uint32_t slot);
+  std::string describe(const Place& p) const;
+
+  // epochs.cc
+  void start_watcher();
+  void on_hosts(const std::vector<discovery::Host>& hosts);
+  void on_worker_failed(const Place& p, const std::string& why);
+  void reconcile();
+  void begin_epoch(rendezvous::Plan plan, msg::NotifyKind kind, const std::string& reason);
+  void remove_worker(const Place& p);
+  void arm_join_timer();
+  void on_join_timeout(std::uint64_t epoch);
+  void wait_for_slots();
+  std::set<Place> alive() const;
+  bool all_finished() const;
 
   Options opts_;
   boost::asio::io_context io_;
   auth::Secret secret_;
+  std::string daemon_path_, rendezvous_addr_, cwd_;
   std::unique_ptr<rendezvous::Server> server_;
-  rendezvous::Assignment assignment_;
+  rendezvous::Membership membership_;
+  std::unique_ptr<discovery::HostWatcher> watcher_;
+  rendezvous::Assignment assignment_;  // epoch 0: none yet
   std::map<std::string, std::unique_ptr<DaemonLink>> daemons_;
-  std::map<std::pair<std::string, std::uint32_t>, Worker> workers_;
+  std::map<Place, Worker> workers_;
   OutputRouter output_;
+  EventLog events_;
   boost::asio::signal_set signals_;
-  boost::asio::steady_timer start_timer_, stop_timer_;
+  boost::asio::steady_timer join_timer_, elastic_timer_, stop_timer_, cooldown_timer_;
+  bool waiting_for_slots_ = false;
+  bool epoch_broken_ = false;  // a failure happened since the current epoch started
+  std::string broken_reason_;
+  int resets_ = 0;
   int exit_code_ = -1;
-  int joined_ = 0;
 };
 
 }  // namespace elasticrun::cmd

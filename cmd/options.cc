@@ -25,6 +25,16 @@ po::options_description describe() {
       ("daemon-path", po::value<std::string>(), "path of elasticrund (default: beside elasticrun, then PATH)")
       ("env,x", po::value<std::vector<std::string>>(), "pass VAR (from this environment) or VAR=VALUE to the workers; repeatable")
       ("log-level", po::value<std::string>(), "error|warn|info|debug, or per component: warn,rendezvous=debug")
+      ("events", po::value<std::string>(), "append JSON lines describing the job's events to FILE")
+      ("min-np", po::value<int>(), "elastic: fewest workers to keep training with (default: -np)")
+      ("max-np", po::value<int>(), "elastic: most workers to run (default: every slot offered)")
+      ("host-discovery-script", po::value<std::string>(), "elastic: executable printing the available hosts, one 'host[:slots]' per line")
+      ("discovery-interval", po::value<double>()->default_value(1.0), "elastic: seconds between discovery runs")
+      ("discovery-timeout", po::value<double>()->default_value(10.0), "elastic: seconds a discovery run may take")
+      ("elastic-timeout", po::value<double>()->default_value(600.0), "elastic: seconds to wait for --min-np slots before failing")
+      ("rendezvous-timeout", po::value<double>()->default_value(60.0), "elastic: seconds a worker has to (re-)join a new epoch")
+      ("reset-limit", po::value<int>()->default_value(0), "elastic: fail after this many resets (0: no limit)")
+      ("blacklist-cooldown-range", po::value<std::vector<double>>()->multitoken(), "elastic: MIN MAX seconds a failed host stays out (doubling per failure); default: for good")
       ("verbose,v", "same as --log-level info");
   return d;
 }
@@ -61,6 +71,43 @@ Result<std::size_t> find_command(const po::options_description& d, int argc, con
     if (o->semantic()->max_tokens() > 0 && !inline_value) ++i;
   }
   return static_cast<std::size_t>(argc);
+}
+
+Result<std::chrono::milliseconds> seconds(const po::variables_map& vm, const char* name, bool allow_zero = false) {
+  double v = vm[name].as<double>();
+  if (!(v >= 0 && v < 1e7) || (!allow_zero && v == 0))
+    return fail(fmt::format("--{} must be a {} number of seconds", name, allow_zero ? "non-negative" : "positive"));
+  return std::chrono::milliseconds(static_cast<long long>(v * 1000));
+}
+
+// The elastic flags; elastic mode is on with a discovery script or --min-np.
+Result<void> parse_elastic(const po::variables_map& vm, Options& o) {
+  o.elastic = vm.count("host-discovery-script") || vm.count("min-np");
+  if (vm.count("host-discovery-script")) o.discovery_script = vm["host-discovery-script"].as<std::string>();
+  if (vm.count("min-np") && (o.min_np = vm["min-np"].as<int>()) < 1)
+    return fail(fmt::format("--min-np {}: need at least one process", o.min_np));
+  if (vm.count("max-np") && (o.max_np = vm["max-np"].as<int>()) < 1)
+    return fail(fmt::format("--max-np {}: need at least one process", o.max_np));
+  o.reset_limit = vm["reset-limit"].as<int>();
+  if (o.reset_limit < 0) return fail("--reset-limit must be 0 (no limit) or more");
+  struct {
+    const char* name;
+    std::chrono::milliseconds* out;
+  } durations[] = {{"discovery-interval", &o.discovery_interval}, {"discovery-timeout", &o.discovery_timeout},
+                   {"elastic-timeout", &o.elastic_timeout}, {"rendezvous-timeout", &o.rendezvous_timeout}};
+  for (auto& d : durations) {
+    auto v = seconds(vm, d.name);
+    if (!v) return Failure{v.error()};
+    *d.out = *v;
+  }
+  if (vm.count("blacklist-cooldown-range")) {
+    auto r = vm["blacklist-cooldown-range"].as<std::vector<double>>();
+    if (r.size() != 2 || !(r[0] > 0) || !(r[1] >= r[0]) || r[1] > 1e7)
+      return fail("--blacklist-cooldown-range takes two numbers of seconds, MIN MAX, with 0 < MIN <= MAX");
+    o.blacklist_cooldown = {std::chrono::milliseconds(static_cast<long long>(r[0] * 1000)),
+                            std::chrono::milliseconds(static_cast<long long>(r[1] * 1000))};
+  }
+  return {};
 }
 
 }  // namespace
@@ -114,7 +161,10 @@ Result<ParseOutcome> parse_options(int argc, const char* const* argv) {
     o.np = vm["np"].as<int>();
     if (o.np < 1) return fail(fmt::format("-np {}: need at least one process", o.np));
   }
+  if (auto ok = parse_elastic(vm, o); !ok) return Failure{ok.error()};
   if (vm.count("hosts") && vm.count("hostfile")) return fail("give -H or --hostfile, not both");
+  if (!o.discovery_script.empty() && (vm.count("hosts") || vm.count("hostfile")))
+    return fail("give --host-discovery-script or -H/--hostfile, not both");
   if (vm.count("hosts")) {
     auto h = discovery::parse_host_list(vm["hosts"].as<std::string>(), o.slots_per_host);
     if (!h) return fail("-H: " + h.error());
@@ -123,17 +173,25 @@ Result<ParseOutcome> parse_options(int argc, const char* const* argv) {
     auto h = discovery::read_hostfile(vm["hostfile"].as<std::string>(), o.slots_per_host);
     if (!h) return Failure{h.error()};
     o.hosts = std::move(*h);
-  } else {
+  } else if (o.discovery_script.empty()) {
     o.hosts = {{"localhost", o.np > 0 ? o.np : 1}};
   }
-  int offered = 0;
-  for (const auto& h : o.hosts) offered += h.slots;
-  if (o.np == 0) o.np = offered;
-  if (o.np > offered)
-    return fail(fmt::format("-np {} but the hosts offer only {} slots", o.np, offered));
+  if (o.discovery_script.empty()) {
+    int offered = 0;
+    for (const auto& h : o.hosts) offered += h.slots;
+    if (o.np == 0) o.np = o.elastic ? std::min(offered, o.max_np > 0 ? o.max_np : offered) : offered;
+    if (o.np > offered && !o.elastic)
+      return fail(fmt::format("-np {} but the hosts offer only {} slots", o.np, offered));
+  }
+  if (o.elastic) {
+    if (o.min_np == 0) o.min_np = std::max(1, o.np);
+    if (o.max_np > 0 && o.max_np < o.min_np)
+      return fail(fmt::format("--max-np {} is below --min-np {}", o.max_np, o.min_np));
+  }
   double st = vm["start-timeout"].as<double>();
   if (!(st > 0 && st < 1e6)) return fail("--start-timeout must be a positive number of seconds");
   o.start_timeout = std::chrono::milliseconds(static_cast<long long>(st * 1000));
+  if (vm.count("events")) o.events_file = vm["events"].as<std::string>();
   if (vm.count("output-filename")) o.output_dir = vm["output-filename"].as<std::string>();
   if (vm.count("daemon-path")) o.daemon_path = vm["daemon-path"].as<std::string>();
   if (vm.count("verbose")) o.log_level = "info";

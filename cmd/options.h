@@ -22,6 +22,18 @@ struct Options {
   std::vector<std::string> env;  // KEY=VALUE for the workers
   std::chrono::milliseconds start_timeout{60000};
   std::vector<std::string> command;
+
+  // Elastic mode: on with --host-discovery-script or --min-np.
+  bool elastic = false;
+  int min_np = 0, max_np = 0;  // 0: min = np, max = no cap
+  std::string discovery_script;
+  std::chrono::milliseconds discovery_interval{1000};
+  std::chrono::milliseconds discovery_timeout{10000};
+  std::chrono::milliseconds elastic_timeout{600000};
+  std::chrono::milliseconds rendezvous_timeout{60000};
+  int reset_limit = 0;  // 0: unlimited
+  std::optional<std::pair<std::chrono::milliseconds, std::chrono::milliseconds>> blacklist_cooldown;
+  std::string events_file;
 };
 
 // What parse() decided: run a job, or print something and exit.

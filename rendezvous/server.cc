@@ -97,6 +97,13 @@ void Server::notify_all(msg::NotifyKind kind, const std::string& reason) {
     if (s->place()) s->send(msg::Notify{kind, assignment_.epoch, reason});
 }
 
+void Server::abort_epoch(const std::string& reason) {
+  std::uint64_t next = assignment_.epoch + 1;
+  for (const auto& s : sessions_)
+    if (s->place() && s->epoch() < next) s->send(msg::Notify{msg::NotifyKind::abort, next, reason});
+  while (!epochs_.empty() && epochs_.begin()->first < next) end_epoch(epochs_.begin()->first);
+}
+
 void Server::on_join(const std::shared_ptr<Session>& s, const msg::Join& j) {
   const WorkerPlace* p = assignment_.find(j.host, static_cast<int>(j.slot));
   if (!p) {

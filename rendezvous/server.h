@@ -52,6 +52,9 @@ class Server {
   // communicators stay in use until the workers' next commit.
   void start_epoch(Assignment a, msg::NotifyKind kind, const std::string& reason);
   void notify_all(msg::NotifyKind kind, const std::string& reason);
+  // The current epoch is broken and no next one can start yet: interrupt its workers
+  // (they wait in rejoin for the next epoch) and end its key-value table and barriers.
+  void abort_epoch(const std::string& reason);
   const Assignment& assignment() const { return assignment_; }
   std::size_t connections() const { return sessions_.size(); }
   void stop();

@@ -1,0 +1,202 @@
+// Elastic membership in the driver: host changes and failures become new epochs.
+#include "cmd/exit_codes.h"
+#include "cmd/job.h"
+#include "common/log.h"
+
+#include <fmt/format.h>
+
+#include <csignal>
+
+namespace elasticrun::cmd {
+
+namespace asio = boost::asio;
+using Clock = std::chrono::steady_clock;
+
+void Job::start_watcher() {
+  if (opts_.discovery_script.empty()) {
+    membership_.set_discovered(opts_.hosts);
+    return reconcile();
+  }
+  discovery::ScriptOptions so;
+  so.path = opts_.discovery_script;
+  so.timeout = opts_.discovery_timeout;
+  so.default_slots = opts_.slots_per_host;
+  discovery::HostWatcher::Callbacks cb;
+  cb.on_change = [this](const std::vector<discovery::Host>& hosts) { on_hosts(hosts); };
+  cb.on_error = [this](const std::string& why) {
+    ER_LOG(discovery, warn, "keeping the last host set: {}", why);
+    events_.emit("discovery_error", {{"message", why}});
+  };
+  cb.on_fatal = [this](const std::string& why) {
+    finish(exit_code::kLaunchFailed, "host discovery failed on its first run: " + why);
+  };
+  watcher_ = std::make_unique<discovery::HostWatcher>(io_, discovery::make_script_source(io_, so),
+                                                      opts_.discovery_interval, std::move(cb));
+  watcher_->start();
+}
+
+void Job::on_hosts(const std::vector<discovery::Host>& hosts) {
+  std::map<std::string, int> before, after;
+  for (const auto& h : membership_.discovered()) before[h.name] = h.slots;
+  for (const auto& h : hosts) after[h.name] = h.slots;
+  for (const auto& [h, n] : after)
+    if (!before.count(h)) events_.emit("host_added", {{"host", h}, {"slots", n}});
+  for (const auto& [h, n] : before)
+    if (!after.count(h)) events_.emit("host_removed", {{"host", h}});
+  membership_.set_discovered(hosts);
+  reconcile();
+}
+
+std::set<Job::Place> Job::alive() const {
+  std::set<Place> out;
+  for (const auto& [p, w] : workers_)
+    if (!w.removed && !w.exited_ok) out.insert(p);
+  return out;
+}
+
+bool Job::all_finished() const {
+  if (assignment_.size() == 0) return false;
+  for (const auto& r : assignment_.workers) {
+    auto it = workers_.find({r.host, r.slot});
+    if (it == workers_.end() || !it->second.exited_ok) return false;
+  }
+  return true;
+}
+
+// A worker (slot >= 0) or a whole host (slot -1) failed. Outside elastic mode that
+// ends the job; in it, the host is blacklisted, its workers stopped, and a new epoch
+// formed from what is left.
+void Job::on_worker_failed(const Place& p, const std::string& why) {
+  if (exit_code_ >= 0) return;
+  if (p.second >= 0) {
+    auto it = workers_.find(p);
+    if (it == workers_.end() || it->second.removed) return;
+    if (!opts_.elastic) {
+      if (why.find("rendezvous connection") != std::string::npos) return;  // the exit report says more
+      return finish(exit_code::kWorkerFailed, describe(p) + " " + why);
+    }
+    fmt::print(stderr, "elasticrun: {} {}; blacklisting host '{}'\n", describe(p), why, p.first);
+    it->second.removed = true;
+    signal_worker(p, SIGKILL);
+  } else {
+    fmt::print(stderr, "elasticrun: host '{}' {}; blacklisting it\n", p.first, why);
+  }
+  auto cooldown = membership_.blacklist(p.first, Clock::now());
+  events_.emit("host_blacklisted", {{"host", p.first}, {"reason", why},
+                                    {"cooldown_s", cooldown ? cooldown->count() / 1000.0 : -1.0}});
+  for (auto& [q, w] : workers_)
+    if (q.first == p.first && !w.removed) remove_worker(q);
+  epoch_broken_ = true;
+  broken_reason_ = fmt::format("{} on host '{}' {}", p.second >= 0 ? describe(p) : "a daemon", p.first, why);
+  reconcile();
+}
+
+void Job::remove_worker(const Place& p) {
+  auto it = workers_.find(p);
+  if (it == workers_.end() || it->second.removed) return;
+  it->second.removed = true;
+  signal_worker(p, SIGTERM);
+  auto t = std::make_shared<asio::steady_timer>(io_, std::chrono::seconds(2));
+  t->async_wait([this, p, t](boost::system::error_code ec) {
+    if (!ec && workers_.count(p)) signal_worker(p, SIGKILL);
+  });
+}
+
+void Job::reconcile() {
+  if (exit_code_ >= 0) return;
+  auto now = Clock::now();
+  auto live = alive();
+  if (assignment_.epoch > 0 && !epoch_broken_ && !membership_.changed(assignment_, live, now)) return;
+  auto plan = membership_.plan(assignment_, live, now);
+  if (!plan) return wait_for_slots();
+  if (assignment_.epoch > 0 && plan->keep.empty())
+    return finish(exit_code::kWorkerFailed,
+                  fmt::format("no surviving worker holds committed state (all of epoch {} are gone)", assignment_.epoch));
+  if (waiting_for_slots_) events_.emit("slots_available", {{"slots", membership_.usable_slots(now)}});
+  waiting_for_slots_ = false;
+  elastic_timer_.cancel();
+  bool hard = epoch_broken_ || !plan->remove.empty();
+  std::string reason = epoch_broken_ ? broken_reason_ : "hosts changed";
+  if (assignment_.epoch > 0) {
+    ++resets_;
+    events_.emit("reset", {{"count", resets_}, {"reason", reason}});
+    if (opts_.reset_limit > 0 && resets_ > opts_.reset_limit)
+      return finish(exit_code::kWorkerFailed, fmt::format("reset limit {} reached ({})", opts_.reset_limit, reason));
+  }
+  begin_epoch(std::move(*plan), hard ? msg::NotifyKind::abort : msg::NotifyKind::hosts_updated, reason);
+}
+
+void Job::begin_epoch(rendezvous::Plan plan, msg::NotifyKind kind, const std::string& reason) {
+  for (const auto& p : plan.remove) remove_worker(p);
+  assignment_ = std::move(plan.assignment);
+  for (const auto& w : assignment_.workers)
+    if (auto it = workers_.find({w.host, w.slot}); it != workers_.end()) it->second.rank = w.rank;
+  server_->start_epoch(assignment_, kind, reason);
+  nlohmann::json places = nlohmann::json::array();
+  for (const auto& w : assignment_.workers) places.push_back({{"rank", w.rank}, {"host", w.host}, {"slot", w.slot}});
+  events_.emit("epoch_started", {{"epoch", assignment_.epoch}, {"size", assignment_.size()},
+                                 {"kind", kind == msg::NotifyKind::abort ? "abort" : "hosts_updated"},
+                                 {"assignment", places}});
+  ER_LOG(driver, info, "epoch {}: {} workers ({} new, {} kept, {} removed)", assignment_.epoch, assignment_.size(),
+         plan.spawn.size(), plan.keep.size(), plan.remove.size());
+  for (const auto& w : plan.spawn) spawn(w);
+  epoch_broken_ = false;
+  arm_join_timer();
+  if (auto expiry = membership_.next_expiry(Clock::now())) {
+    cooldown_timer_.expires_at(*expiry + std::chrono::milliseconds(1));
+    cooldown_timer_.async_wait([this](boost::system::error_code ec) {
+      if (!ec) reconcile();
+    });
+  }
+}
+
+void Job::arm_join_timer() {
+  auto limit = assignment_.epoch == 1 || !opts_.elastic ? opts_.start_timeout : opts_.rendezvous_timeout;
+  join_timer_.expires_after(limit);
+  join_timer_.async_wait([this, e = assignment_.epoch](boost::system::error_code ec) {
+    if (!ec) on_join_timeout(e);
+  });
+}
+
+// Workers that neither joined the epoch nor exited in time are hung (or SIGSTOPped):
+// fail them, which stops them and forms the next epoch without them.
+void Job::on_join_timeout(std::uint64_t epoch) {
+  if (exit_code_ >= 0 || epoch != assignment_.epoch) return;
+  std::vector<Place> late;
+  for (const auto& r : assignment_.workers) {
+    auto it = workers_.find({r.host, r.slot});
+    if (it != workers_.end() && !it->second.removed && !it->second.exited_ok && it->second.joined_epoch < epoch)
+      late.push_back({r.host, r.slot});
+  }
+  if (late.empty()) return;
+  auto limit = epoch == 1 || !opts_.elastic ? opts_.start_timeout : opts_.rendezvous_timeout;
+  if (!opts_.elastic) {
+    std::string names;
+    for (std::size_t i = 0; i < late.size() && i < 8; ++i)
+      names += fmt::format(" {}@{}", workers_[late[i]].rank, late[i].first);
+    return finish(exit_code::kTimeout, fmt::format("{} of {} workers did not join within {:.1f} s (rank@host:{})",
+                                                   late.size(), assignment_.size(), limit.count() / 1000.0, names));
+  }
+  for (const auto& p : late)
+    on_worker_failed(p, fmt::format("did not join epoch {} within {:.1f} s", epoch, limit.count() / 1000.0));
+}
+
+void Job::wait_for_slots() {
+  if (waiting_for_slots_) return;
+  waiting_for_slots_ = true;
+  int have = membership_.usable_slots(Clock::now());
+  int want = opts_.elastic ? opts_.min_np : opts_.np;
+  if (assignment_.epoch > 0) server_->abort_epoch(broken_reason_.empty() ? "waiting for hosts" : broken_reason_);
+  ER_LOG(driver, warn, "waiting up to {:.0f} s for {} slots ({} available)", opts_.elastic_timeout.count() / 1000.0,
+         want, have);
+  events_.emit("waiting_for_slots", {{"available", have}, {"min_np", want}});
+  elastic_timer_.expires_after(opts_.elastic_timeout);
+  elastic_timer_.async_wait([this, want](boost::system::error_code ec) {
+    if (ec || !waiting_for_slots_) return;
+    finish(exit_code::kTimeout, fmt::format("fewer than {} slots available for {:.0f} s (--elastic-timeout); {} now",
+                                            want, opts_.elastic_timeout.count() / 1000.0,
+                                            membership_.usable_slots(Clock::now())));
+  });
+}
+
+}  // namespace elasticrun::cmd
