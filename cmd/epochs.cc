@@ -79,6 +79,10 @@ void Job::on_worker_failed(const Place& p, const std::string& why) {
     it->second.removed = true;
     signal_worker(p, SIGKILL);
   } else {
+    // A daemon lost after its workers were already failed or removed changes nothing.
+    bool live = false;
+    for (const auto& [q, w] : workers_) live = live || (q.first == p.first && !w.removed && !w.exited_ok);
+    if (!live) return;
     fmt::print(stderr, "elasticrun: host '{}' {}; blacklisting it\n", p.first, why);
   }
   auto cooldown = membership_.blacklist(p.first, Clock::now());
@@ -135,7 +139,9 @@ void Job::begin_epoch(rendezvous::Plan plan, msg::NotifyKind kind, const std::st
   nlohmann::json places = nlohmann::json::array();
   for (const auto& w : assignment_.workers) places.push_back({{"rank", w.rank}, {"host", w.host}, {"slot", w.slot}});
   events_.emit("epoch_started", {{"epoch", assignment_.epoch}, {"size", assignment_.size()},
-                                 {"kind", kind == msg::NotifyKind::abort ? "abort" : "hosts_updated"},
+                                 {"kind", assignment_.epoch == 1             ? "start"
+                                          : kind == msg::NotifyKind::abort ? "abort"
+                                                                           : "hosts_updated"},
                                  {"assignment", places}});
   ER_LOG(driver, info, "epoch {}: {} workers ({} new, {} kept, {} removed)", assignment_.epoch, assignment_.size(),
          plan.spawn.size(), plan.keep.size(), plan.remove.size());
@@ -186,7 +192,10 @@ void Job::wait_for_slots() {
   waiting_for_slots_ = true;
   int have = membership_.usable_slots(Clock::now());
   int want = opts_.elastic ? opts_.min_np : opts_.np;
-  if (assignment_.epoch > 0) server_->abort_epoch(broken_reason_.empty() ? "waiting for hosts" : broken_reason_);
+  // After a failure the current epoch cannot go on: interrupt it, and let the survivors
+  // wait in rejoin. A mere dip in discovered hosts leaves the running epoch alone: if
+  // the hosts come back in time, nothing changes.
+  if (assignment_.epoch > 0 && epoch_broken_) server_->abort_epoch(broken_reason_);
   ER_LOG(driver, warn, "waiting up to {:.0f} s for {} slots ({} available)", opts_.elastic_timeout.count() / 1000.0,
          want, have);
   events_.emit("waiting_for_slots", {{"available", have}, {"min_np", want}});

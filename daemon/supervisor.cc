@@ -93,6 +93,9 @@ void Supervisor::on_spawn(const msg::Spawn& s) {
   for (char** e = environ; *e; ++e) spec.env.emplace_back(*e);
   for (const auto& kv : s.env) spec.env.push_back(kv);
   auto set = [&](const char* k, const std::string& v) { spec.env.push_back(std::string(k) + "=" + v); };
+  // UCX warns about messages still in flight when an epoch is torn down after an abort;
+  // that is expected here, so workers log UCX errors only unless the user says otherwise.
+  if (!std::getenv("UCX_LOG_LEVEL")) spec.env.insert(spec.env.begin(), "UCX_LOG_LEVEL=error");
   set(env::kRendezvousAddr, config_->rendezvous_addr);
   set(env::kSecret, auth::to_hex(config_->secret));
   set(env::kHost, config_->host);

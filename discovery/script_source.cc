@@ -43,8 +43,15 @@ namespace asio = boost::asio;
 
 constexpr std::size_t kStderrTail = 1024;
 
-// Runs in the child between fork and exec (async-signal-safe calls only).
+// Runs in the child between fork and exec (async-signal-safe calls only), and in the
+// parent when the launch failed.
 struct ScriptSetup : bp::extend::handler {
+  int* failed_pid;  // set to the forked pid when exec failed: that child is ours to reap
+
+  template <class Executor>
+  void on_error(Executor& exec, const std::error_code&) const {
+    if (exec.pid > 0) *failed_pid = exec.pid;
+  }
   template <class Executor>
   void on_exec_setup(Executor&) const {
     ::setpgid(0, 0);                      // its own group, so a timeout kills its children too
@@ -112,10 +119,14 @@ class ScriptSource final : public HostSource {
   }
   ~ScriptSource() override;
   void poll(Done done) override;
-  void cancel() override { abandon(); }
+  void cancel() override {
+    ++*gen_;
+    abandon();
+  }
 
  private:
   void answer_later(Done done, Result<std::vector<Host>> r);
+  Result<void> launch(Run& run);
   void read(const std::shared_ptr<Run>& run, bool is_stdout);
   void on_bytes(Run& run, bool is_stdout, std::size_t n);
   void wait_sigchld();
@@ -130,10 +141,12 @@ class ScriptSource final : public HostSource {
   asio::signal_set sigchld_;
   std::shared_ptr<Run> run_;
   std::vector<int> zombies_;  // killed pids not reaped yet
+  std::shared_ptr<char> alive_ = std::make_shared<char>();
+  std::shared_ptr<std::uint64_t> gen_ = std::make_shared<std::uint64_t>(0);  // of answers posted early
 };
 
 ScriptSource::~ScriptSource() {
-  abandon();
+  cancel();
   // SIGKILLed processes die promptly; wait a little for them so that no zombie is left,
   // without ever blocking for long.
   for (int i = 0; i < 100 && !zombies_.empty(); ++i) {
@@ -143,21 +156,17 @@ ScriptSource::~ScriptSource() {
 }
 
 void ScriptSource::answer_later(Done done, Result<std::vector<Host>> r) {
-  asio::post(io_, [done = std::move(done), r = std::move(r)]() mutable { done(std::move(r)); });
+  // cancel() must drop this answer too: it bumps the generation.
+  asio::post(io_, [gen = gen_, mine = *gen_, done = std::move(done), r = std::move(r)]() mutable {
+    if (*gen == mine) done(std::move(r));
+  });
 }
 
 void ScriptSource::poll(Done done) {
   if (run_) return answer_later(std::move(done), fail("a discovery poll is already running"));
   if (auto ok = check_executable(opt_.path); !ok) return answer_later(std::move(done), Failure{ok.error()});
   auto run = std::make_shared<Run>(io_);
-  try {
-    bp::child child(bp::exe = opt_.path, bp::std_in < bp::null, bp::std_out > run->out,
-                    bp::std_err > run->err, ScriptSetup{});
-    run->pid = child.id();
-    child.detach();  // we reap it ourselves; a joinable bp::child would kill it on destruction
-  } catch (const std::exception& e) {
-    return answer_later(std::move(done), fail(fmt::format("cannot run discovery script '{}': {}", opt_.path, e.what())));
-  }
+  if (auto started = launch(*run); !started) return answer_later(std::move(done), Failure{started.error()});
   run->done = std::move(done);
   run_ = run;
   read(run, true);
@@ -168,6 +177,29 @@ void ScriptSource::poll(Done done) {
     finish(fail(fmt::format("discovery script timed out after {:.1f} s", opt_.timeout.count() / 1000.0)));
   });
   reap();  // it may have exited before the first SIGCHLD could be seen
+}
+
+// Starts the script. With an error_code argument Boost.Process reports a failed exec
+// through on_error (where the forked pid is known, so we can reap it) instead of throwing.
+Result<void> ScriptSource::launch(Run& run) {
+  std::error_code ec;
+  int failed_pid = 0;
+  try {
+    bp::child child(bp::exe = opt_.path, bp::std_in < bp::null, bp::std_out > run.out, bp::std_err > run.err,
+                    ScriptSetup{{}, &failed_pid}, ec);
+    if (!ec) {
+      run.pid = child.id();
+      child.detach();  // we reap it ourselves; a joinable bp::child would kill it on destruction
+      return {};
+    }
+  } catch (const std::exception& e) {
+    return fail(fmt::format("cannot run discovery script '{}': {}", opt_.path, e.what()));
+  }
+  if (failed_pid > 0) zombies_.push_back(failed_pid);
+  reap();
+  // The file exists (checked before), so ENOENT means its "#!" interpreter does not.
+  return fail(fmt::format("cannot run discovery script '{}': {}{}", opt_.path, ec.message(),
+                          ec.value() == ENOENT ? " (is its #! interpreter missing?)" : ""));
 }
 
 void ScriptSource::read(const std::shared_ptr<Run>& run, bool is_stdout) {
@@ -202,8 +234,10 @@ void ScriptSource::on_bytes(Run& run, bool is_stdout, std::size_t n) {
 }
 
 void ScriptSource::wait_sigchld() {
-  sigchld_.async_wait([this](boost::system::error_code ec, int) {
-    if (ec) return;  // operation_aborted: the source is being destroyed
+  // A SIGCHLD handler may already be queued (with success) when the source is
+  // destroyed, so `ec` alone cannot tell that `this` is gone.
+  sigchld_.async_wait([this, alive = std::weak_ptr<char>(alive_)](boost::system::error_code ec, int) {
+    if (ec || alive.expired()) return;
     reap();
     wait_sigchld();
   });

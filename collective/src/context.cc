@@ -94,9 +94,20 @@ void Context::rejoin() {
   if (!impl_->client) throw Error("rejoin: this context has no rendezvous connection");
   impl_->comm.reset();  // release the old epoch's transport before building the next
   auto& client = impl_->client;
-  auto j = client->rejoin(impl_->topo.epoch + 1, collective::Clock::now() + impl_->timeout);
-  impl_->comm = make_comm(j, client, impl_->timeout);
-  impl_->topo = topology_of(j, impl_->topo.host);
+  auto deadline = collective::Clock::now() + impl_->timeout;
+  std::uint64_t after = impl_->topo.epoch;
+  // If yet another epoch starts while this one's communicator is being built (a second
+  // failure during recovery), building it fails with WorkersFailed: join the newer one.
+  while (true) {
+    auto j = client->rejoin(after + 1, deadline);
+    try {
+      impl_->comm = make_comm(j, client, impl_->timeout);
+      impl_->topo = topology_of(j, impl_->topo.host);
+      break;
+    } catch (const WorkersFailed&) {
+      after = j.epoch;
+    }
+  }
   ++impl_->resets;
 }
 

@@ -232,7 +232,14 @@ void RendezvousClient::set(const std::string& key, const Bytes& value) {
     req = next_req_++;
   }
   auto deadline = Clock::now() + std::chrono::seconds(60);
-  expect<msg::Ok>(call(req, msg::to_frame(msg::KvSet{req, key, value}), deadline, "set"), "set");
+  auto f = call(req, msg::to_frame(msg::KvSet{req, key, value}), deadline, "set");
+  if (f.type == msg::kError) {
+    wire::Decoder d(f.payload);
+    auto e = msg::Error::decode(d);
+    if (e.message.find("epoch") != std::string::npos) throw WorkersFailed("rendezvous set '" + key + "': " + e.message);
+    throw Error("rendezvous set '" + key + "': " + e.message);
+  }
+  expect<msg::Ok>(std::move(f), "set");
 }
 
 Bytes RendezvousClient::get(const std::string& key, Clock::time_point deadline) {

@@ -29,6 +29,11 @@ class ScriptSourceTest : public ::testing::Test {
     EXPECT_FALSE(r.ok());
     return r ? std::string{} : r.error();
   }
+  // Every script we started, and every failed launch, has been reaped.
+  void TearDown() override {
+    bool clean = testing::run_until(io_, [] { return testing::zombie_children().empty(); }, 3s);
+    EXPECT_TRUE(clean) << testing::zombie_children().size() << " unreaped children";
+  }
   int read_pid(const std::string& name) { return std::stoi(testing::read_file(dir_.file(name))); }
 
   boost::asio::io_context io_;
@@ -141,6 +146,9 @@ TEST_F(ScriptSourceTest, NotExecutableScript) {
 TEST_F(ScriptSourceTest, BadInterpreterIsAClearError) {
   std::string e = error_of("#!/nonexistent/interpreter\necho a\n");
   EXPECT_NE(e.find("cannot run discovery script"), std::string::npos) << e;
+  EXPECT_NE(e.find("interpreter missing"), std::string::npos) << e;
+  std::string noexec = error_of("no shebang line\n");
+  EXPECT_NE(noexec.find("Exec format error"), std::string::npos) << noexec;
 }
 
 TEST_F(ScriptSourceTest, CancelKillsAndDropsTheCallback) {
@@ -159,6 +167,17 @@ TEST_F(ScriptSourceTest, CancelKillsAndDropsTheCallback) {
   auto src2 = make_script_source(io_, opt);
   auto r = testing::poll_once(io_, *src2);
   ASSERT_TRUE(r && r->ok());
+}
+
+TEST_F(ScriptSourceTest, CancelDropsAnAnswerAlreadyQueued) {
+  ScriptOptions opt;
+  opt.path = dir_.file("missing.sh");
+  auto src = make_script_source(io_, opt);
+  bool called = false;
+  src->poll([&](Result<Hosts>) { called = true; });  // fails at once, answer posted
+  src->cancel();
+  io_.poll();
+  EXPECT_FALSE(called);
 }
 
 TEST_F(ScriptSourceTest, DestroyingASourceMidPollLeavesNoProcess) {

@@ -75,6 +75,25 @@ bool process_gone(int pid) {
   return close != std::string::npos && close + 2 < line.size() && line[close + 2] == 'Z';
 }
 
+std::vector<int> zombie_children() {
+  std::vector<int> out;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+    std::string name = entry.path().filename();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream stat(entry.path() / "stat");
+    std::string line;
+    if (!std::getline(stat, line)) continue;
+    auto close = line.rfind(')');
+    if (close == std::string::npos) continue;
+    std::istringstream rest(line.substr(close + 2));
+    char state = 0;
+    int ppid = 0;
+    rest >> state >> ppid;
+    if (state == 'Z' && ppid == ::getpid()) out.push_back(std::stoi(name));
+  }
+  return out;
+}
+
 bool wait_gone(int pid, std::chrono::milliseconds limit) {
   auto end = std::chrono::steady_clock::now() + limit;
   while (!process_gone(pid)) {

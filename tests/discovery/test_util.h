@@ -11,6 +11,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace elasticrun::discovery::testing {
 
@@ -41,6 +42,8 @@ std::optional<Result<std::vector<Host>>> poll_once(boost::asio::io_context& io, 
 
 // Whether `pid` no longer runs (gone, or a zombie waiting for its new parent).
 bool process_gone(int pid);
+// This process's children that have exited but were not reaped.
+std::vector<int> zombie_children();
 // Waits up to `limit` for process_gone(pid).
 bool wait_gone(int pid, std::chrono::milliseconds limit = std::chrono::seconds(3));
 

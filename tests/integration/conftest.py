@@ -53,15 +53,31 @@ class Job:
         return subprocess.run([str(ELASTICRUN), *map(str, args)], capture_output=True, text=True,
                               timeout=timeout, env=self.env(env), **kw)
 
+    def events(self, path):
+        """The --events log as a list of dicts."""
+        import json
+        try:
+            return [json.loads(l) for l in Path(path).read_text().splitlines() if l.strip()]
+        except FileNotFoundError:
+            return []
+
     def start(self, args, env=None):
         return subprocess.Popen([str(ELASTICRUN), *map(str, args)], stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True, env=self.env(env))
+
+
+def shm_entries():
+    try:
+        return {e.name for e in os.scandir("/dev/shm") if e.name.startswith("ucx")}
+    except OSError:
+        return set()
 
 
 @pytest.fixture
 def job():
     tag = "er-test-" + uuid.uuid4().hex[:12]
     j = Job(tag)
+    shm_before = shm_entries()
     yield j
     # No orphans: everything the job started must be gone shortly after it ended.
     deadline = time.monotonic() + 5
@@ -75,3 +91,5 @@ def job():
         except ProcessLookupError:
             pass
     assert not left, f"processes left behind by the job: {left}"
+    leaked = shm_entries() - shm_before
+    assert not leaked, f"shared-memory segments left in /dev/shm: {sorted(leaked)}"

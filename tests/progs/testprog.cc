@@ -16,7 +16,7 @@
 #include <vector>
 
 int main(int argc, char** argv) {
-  bool init = false, topology = false;
+  bool init = false, topology = false, elastic = false;
   int fail_rank = -1, fail_code = 0, fail_signal = 0;
   double allreduce_seconds = 0, sleep_seconds = 0;
   std::vector<std::string> print_env;
@@ -30,6 +30,7 @@ int main(int argc, char** argv) {
     else if (a == "--fail-signal") fail_signal = std::stoi(next());
     else if (a == "--allreduce-seconds") init = true, allreduce_seconds = std::stod(next());
     else if (a == "--sleep") sleep_seconds = std::stod(next());
+    else if (a == "--elastic") init = elastic = true;
     else if (a == "--print-env") print_env.push_back(next());
     else if (a == "--tag") next();
     else {
@@ -58,16 +59,37 @@ int main(int argc, char** argv) {
   // waiting in an allreduce that the others never enter.
   std::int32_t stop = allreduce_seconds > 0 ? 0 : 1;
   while (!stop) {
-    if (rank == fail_rank && iter == 20) {
+    if (rank == fail_rank && iter == 20 && elasticrun::context().topology().epoch == 1) {
       if (fail_signal) ::raise(fail_signal);
       std::exit(fail_code);
     }
-    elasticrun::allreduce(std::span(v), elasticrun::ReduceOp::avg);
-    stop = std::chrono::steady_clock::now() >= until ? 1 : 0;
-    elasticrun::allreduce(std::span(&stop, 1), elasticrun::ReduceOp::max);
+    try {
+      elasticrun::allreduce(std::span(v), elasticrun::ReduceOp::avg);
+      // Agree on stopping and on acting on a hosts-updated notice: each rank sees the
+      // notice at its own time, and all must re-join at the same iteration.
+      std::int32_t flags[2] = {std::chrono::steady_clock::now() >= until ? 1 : 0,
+                               elastic && elasticrun::context().hosts_updated() ? 1 : 0};
+      elasticrun::allreduce(std::span(flags, 2), elasticrun::ReduceOp::max);
+      if (flags[1]) throw elasticrun::HostsUpdated("hosts updated");
+      stop = flags[0];
+    } catch (const elasticrun::Error& e) {
+      // --elastic: survive membership changes by re-joining the next epoch.
+      if (!elastic || (!dynamic_cast<const elasticrun::WorkersFailed*>(&e) &&
+                       !dynamic_cast<const elasticrun::HostsUpdated*>(&e)))
+        throw;
+      elasticrun::context().rejoin();
+      const auto& t = elasticrun::context().topology();
+      rank = t.rank;
+      std::printf("rejoined epoch %llu rank %d size %d (%s)\n", static_cast<unsigned long long>(t.epoch), t.rank,
+                  t.size, e.what());
+      std::fflush(stdout);
+      stop = 0;
+      continue;
+    }
     ++iter;
   }
-  if (rank == fail_rank && rank >= 0) {
+  // Fail only in the first epoch, so that an elastic job does not fail forever.
+  if (rank == fail_rank && rank >= 0 && elasticrun::context().topology().epoch == 1) {
     if (fail_signal) ::raise(fail_signal);
     std::exit(fail_code);
   }

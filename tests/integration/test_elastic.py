@@ -1,0 +1,246 @@
+"""Elastic jobs: real processes killed with real signals, hosts coming and going through a
+real discovery script, on loopback "hosts". Each test bounds the time to recover and, via
+the job fixture, checks that no process or shared-memory segment is left behind."""
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import ELASTICRUND, TESTPROG, our_processes
+from test_launch import argv0, wait_for_workers
+
+HOSTS3 = "localhost:2,127.0.0.2:1,127.0.0.3:1"
+
+
+def first(events, name, **match):
+    for e in events:
+        if e["event"] == name and all(e.get(k) == v for k, v in match.items()):
+            return e
+    return None
+
+
+def epochs(events):
+    return [e for e in events if e["event"] == "epoch_started"]
+
+
+def recovery_seconds(events, epoch):
+    """Time from the failure that started `epoch` to every worker having joined it."""
+    start = first(events, "epoch_started", epoch=epoch)
+    joined = first(events, "epoch_joined", epoch=epoch)
+    assert start and joined, events
+    blacklisted = [e for e in events if e["event"] == "host_blacklisted" and e["t"] <= start["t"]]
+    return joined["t"] - (blacklisted[-1]["t"] if blacklisted else start["t"])
+
+
+@pytest.mark.parametrize("fail_rank", [2, 0])
+def test_killed_worker_job_continues_without_restarting_survivors(job, tmp_path, fail_rank):
+    ev = tmp_path / "events"
+    r = job.run(["-np", 4, "--min-np", 2, "-H", HOSTS3, "--events", ev, TESTPROG, "--elastic",
+                 "--allreduce-seconds", 3, "--fail-rank", fail_rank, "--fail-signal", 9])
+    assert r.returncode == 0, r.stderr
+    events = job.events(ev)
+    e = epochs(events)
+    # Rank 2 is alone on 127.0.0.2; rank 0 shares localhost with rank 1, and a failed
+    # host is blacklisted with all its workers.
+    survivors = 3 if fail_rank == 2 else 2
+    assert [x["size"] for x in e] == [4, survivors], e
+    assert e[1]["kind"] == "abort"
+    # Survivors were not restarted: exactly four workers were ever started.
+    assert sum(1 for x in events if x["event"] == "worker_started") == 4
+    assert r.stdout.count("rejoined epoch 2") == survivors
+    assert r.stdout.count("done after") == survivors
+    assert recovery_seconds(events, 2) < 2.0
+    assert "blacklisting host" in r.stderr
+
+
+def test_sigstopped_worker_is_failed_after_rendezvous_timeout(job, tmp_path):
+    """A SIGSTOPped worker neither re-joins nor exits: after another worker's failure
+    starts a new epoch, it is declared failed after --rendezvous-timeout and killed."""
+    ev = tmp_path / "events"
+    p = job.start(["-np", 4, "--min-np", 2, "-H", HOSTS3, "--rendezvous-timeout", 1.5,
+                   "--events", ev, TESTPROG, "--elastic", "--allreduce-seconds", 6])
+    pids = wait_for_workers(job, 4)
+    time.sleep(0.5)
+    on = {Path(f"/proc/{pid}/environ").read_bytes().split(b"ELASTICRUN_HOST=")[1].split(b"\0")[0]: pid for pid in pids}
+    os.kill(on[b"127.0.0.2"], signal.SIGSTOP)
+    t0 = time.monotonic()
+    os.kill(on[b"127.0.0.3"], signal.SIGKILL)
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 0, err
+    events = job.events(ev)
+    late = [e for e in events if e["event"] == "host_blacklisted" and e["host"] == "127.0.0.2"]
+    assert late and "did not join epoch" in late[0]["reason"], events
+    assert [x["size"] for x in epochs(events)][-1] == 2
+    assert out.count("done after") == 2
+
+
+def test_killed_daemon_fails_its_host_only(job, tmp_path):
+    ev = tmp_path / "events"
+    p = job.start(["-np", 3, "--min-np", 2, "-H", "localhost:2,127.0.0.2:1", "--events", ev, TESTPROG,
+                   "--elastic", "--allreduce-seconds", 4])
+    wait_for_workers(job, 3)
+    daemons = [pid for pid in our_processes(job.tag) if argv0(pid).endswith(b"elasticrund")]
+    assert len(daemons) == 2
+    # Which daemon serves 127.0.0.2: its workers have ELASTICRUN_HOST=127.0.0.2.
+    child = [w for w in wait_for_workers(job, 3)
+             if b"ELASTICRUN_HOST=127.0.0.2" in Path(f"/proc/{w}/environ").read_bytes()][0]
+    ppid = int(Path(f"/proc/{child}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    os.kill(ppid, signal.SIGKILL)
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 0, err
+    assert "blacklisting host '127.0.0.2'" in err
+    assert out.count("done after") == 2
+    assert [x["size"] for x in epochs(job.events(ev))] == [3, 2]
+
+
+def test_reset_limit_exceeded_fails_the_job(job, tmp_path):
+    hosts = tmp_path / "hosts"
+    hosts.write_text("localhost:1\n127.0.0.2:1\n127.0.0.3:1\n")
+    script = tmp_path / "discover.sh"
+    script.write_text(f"#!/bin/sh\ncat {hosts}\n")
+    script.chmod(0o755)
+    p = job.start(["-np", 3, "--min-np", 1, "--host-discovery-script", script, "--discovery-interval", 0.2,
+                   "--reset-limit", 1, TESTPROG, "--elastic", "--allreduce-seconds", 30])
+    wait_for_workers(job, 3)
+    hosts.write_text("localhost:1\n127.0.0.2:1\n")       # reset 1
+    time.sleep(1.5)
+    hosts.write_text("localhost:1\n")                    # reset 2: over the limit
+    out, err = p.communicate(timeout=30)
+    assert p.returncode == 1, err
+    assert "reset limit 1 reached" in err
+
+
+def discovery(tmp_path, lines):
+    hosts = tmp_path / "hosts"
+    hosts.write_text("".join(l + "\n" for l in lines))
+    script = tmp_path / "discover.sh"
+    script.write_text(f"#!/bin/sh\ncat {hosts}\n")
+    script.chmod(0o755)
+    return hosts, script
+
+
+def test_host_added_by_discovery_joins_without_restarting_anyone(job, tmp_path):
+    hosts, script = discovery(tmp_path, ["localhost:1", "127.0.0.2:1"])
+    ev = tmp_path / "events"
+    p = job.start(["--min-np", 2, "--host-discovery-script", script, "--discovery-interval", 0.2,
+                   "--events", ev, TESTPROG, "--elastic", "--allreduce-seconds", 5])
+    wait_for_workers(job, 2)
+    hosts.write_text("localhost:1\n127.0.0.2:1\n127.0.0.3:1\n")
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 0, err
+    events = job.events(ev)
+    e = epochs(events)
+    assert [x["size"] for x in e] == [2, 3], e
+    assert e[1]["kind"] == "hosts_updated"
+    assert first(events, "host_added", host="127.0.0.3")
+    assert sum(1 for x in events if x["event"] == "worker_started") == 3
+    assert out.count("done after") == 3
+    # the new host's worker is appended: survivors keep ranks 0 and 1
+    assert e[1]["assignment"][2]["host"] == "127.0.0.3"
+
+
+def test_host_removed_by_discovery_stops_its_workers(job, tmp_path):
+    hosts, script = discovery(tmp_path, ["localhost:1", "127.0.0.2:1", "127.0.0.3:1"])
+    ev = tmp_path / "events"
+    p = job.start(["--min-np", 2, "--host-discovery-script", script, "--discovery-interval", 0.2,
+                   "--events", ev, TESTPROG, "--elastic", "--allreduce-seconds", 4])
+    wait_for_workers(job, 3)
+    hosts.write_text("localhost:1\n127.0.0.3:1\n")
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 0, err
+    events = job.events(ev)
+    e = epochs(events)
+    assert [x["size"] for x in e] == [3, 2]
+    assert e[1]["kind"] == "abort"
+    assert [a["host"] for a in e[1]["assignment"]] == ["localhost", "127.0.0.3"]
+    assert first(events, "worker_exited", host="127.0.0.2")["removed"] is True
+
+
+def test_flapping_discovery(job, tmp_path):
+    hosts, script = discovery(tmp_path, ["localhost:1", "127.0.0.2:1"])
+    ev = tmp_path / "events"
+    p = job.start(["--min-np", 1, "--host-discovery-script", script, "--discovery-interval", 0.1,
+                   "--events", ev, TESTPROG, "--elastic", "--allreduce-seconds", 5])
+    wait_for_workers(job, 2)
+    for i in range(8):
+        hosts.write_text("localhost:1\n127.0.0.2:1\n" + ("127.0.0.3:1\n" if i % 2 == 0 else ""))
+        time.sleep(0.25)
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 0, err
+    assert len(epochs(job.events(ev))) >= 4
+
+
+def test_all_hosts_gone_and_back_within_elastic_timeout(job, tmp_path):
+    hosts, script = discovery(tmp_path, ["localhost:1", "127.0.0.2:1"])
+    ev = tmp_path / "events"
+    p = job.start(["--min-np", 2, "--host-discovery-script", script, "--discovery-interval", 0.1,
+                   "--elastic-timeout", 10, "--events", ev, TESTPROG, "--elastic", "--allreduce-seconds", 3])
+    wait_for_workers(job, 2)
+    hosts.write_text("")
+    time.sleep(1)
+    hosts.write_text("localhost:1\n127.0.0.2:1\n")
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 0, err
+    events = job.events(ev)
+    assert first(events, "waiting_for_slots")
+    assert len(epochs(events)) == 1  # the running epoch was never disturbed
+
+
+def test_hosts_gone_past_elastic_timeout_fails(job, tmp_path):
+    hosts, script = discovery(tmp_path, ["localhost:1", "127.0.0.2:1"])
+    p = job.start(["--min-np", 2, "--host-discovery-script", script, "--discovery-interval", 0.1,
+                   "--elastic-timeout", 1, TESTPROG, "--elastic", "--allreduce-seconds", 30])
+    wait_for_workers(job, 2)
+    hosts.write_text("localhost:1\n")
+    t0 = time.monotonic()
+    out, err = p.communicate(timeout=30)
+    assert p.returncode == 4, err
+    assert "fewer than 2 slots available for 1 s" in err
+    assert time.monotonic() - t0 < 5
+
+
+def test_not_enough_slots_at_start_times_out(job, tmp_path):
+    _, script = discovery(tmp_path, ["localhost:1"])
+    r = job.run(["--min-np", 2, "--host-discovery-script", script, "--elastic-timeout", 1, TESTPROG, "--elastic"])
+    assert r.returncode == 4
+    assert "fewer than 2 slots available" in r.stderr
+
+
+@pytest.mark.parametrize("body,reason", [
+    ("exit 3", "exited with code 3"),
+    ("sleep 30", "timed out"),
+    ("echo 'host:notanumber'", "line 1"),
+])
+def test_discovery_script_failing_later_keeps_last_good_set(job, tmp_path, body, reason):
+    flag = tmp_path / "broken"
+    script = tmp_path / "discover.sh"
+    script.write_text(f"#!/bin/sh\nif [ -e {flag} ]; then {body}; fi\necho localhost:1\necho 127.0.0.2:1\n")
+    script.chmod(0o755)
+    ev = tmp_path / "events"
+    p = job.start(["--min-np", 2, "--host-discovery-script", script, "--discovery-interval", 0.1,
+                   "--discovery-timeout", 0.5, "--events", ev, TESTPROG, "--elastic", "--allreduce-seconds", 3])
+    wait_for_workers(job, 2)
+    flag.touch()
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 0, err
+    errors = [e for e in job.events(ev) if e["event"] == "discovery_error"]
+    assert errors and reason in errors[0]["message"], errors
+    assert len(epochs(job.events(ev))) == 1
+
+
+def test_discovery_script_failing_first_is_fatal(job, tmp_path):
+    script = tmp_path / "discover.sh"
+    script.write_text("#!/bin/sh\necho boom >&2\nexit 2\n")
+    script.chmod(0o755)
+    r = job.run(["--min-np", 1, "--host-discovery-script", script, TESTPROG, "--elastic"])
+    assert r.returncode == 3
+    assert "host discovery failed on its first run" in r.stderr
+    assert "boom" in r.stderr
+
+
+def test_events_file_unwritable(job, tmp_path):
+    r = job.run(["-np", 1, "--events", tmp_path / "no" / "such" / "dir", "true"])
+    assert r.returncode == 3
+    assert "cannot open --events file" in r.stderr
