@@ -24,8 +24,7 @@ void Job::start_watcher() {
   discovery::HostWatcher::Callbacks cb;
   cb.on_change = [this](const std::vector<discovery::Host>& hosts) { on_hosts(hosts); };
   cb.on_error = [this](const std::string& why) {
-    ER_LOG(discovery, warn, "keeping the last host set: {}", why);
-    events_.emit("discovery_error", {{"message", why}});
+    events_.emit("discovery_error", {{"message", why}});  // the watcher logs it, rate-limited
   };
   cb.on_fatal = [this](const std::string& why) {
     finish(exit_code::kLaunchFailed, "host discovery failed on its first run: " + why);

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <csignal>
+#include <filesystem>
 #include <map>
 
 extern char** environ;
@@ -22,6 +23,7 @@ Supervisor::Supervisor(asio::io_context& io, int in_fd, int out_fd, std::functio
     send(msg::Output{slot, static_cast<std::uint8_t>(stream), wire::Bytes(data.begin(), data.end())});
   };
   ev.on_exit = [this](std::uint32_t slot, int pid, int code, int sig) {
+    remove_shm_dir(slot);
     ER_LOG(daemon, debug, "slot {} (pid {}) exited: code {} signal {}", slot, pid, code, sig);
     send(msg::Exited{slot, static_cast<std::uint32_t>(pid), code, sig});
     finish_if_idle();
@@ -29,7 +31,32 @@ Supervisor::Supervisor(asio::io_context& io, int in_fd, int out_fd, std::functio
   launcher_ = make_process_launcher(io, std::move(ev));
 }
 
-Supervisor::~Supervisor() = default;
+Supervisor::~Supervisor() {
+  for (auto& [slot, dir] : shm_dirs_) std::filesystem::remove_all(dir);
+}
+
+// UCX's shared-memory transport names its segments in /dev/shm; a worker killed with
+// SIGKILL cannot remove them. Each worker gets a private directory there instead
+// (UCX_POSIX_DIR), which the daemon removes when the worker is gone.
+std::string Supervisor::make_shm_dir(std::uint32_t slot) {
+  if (std::getenv("UCX_POSIX_DIR")) return "";
+  remove_shm_dir(slot);
+  std::string dir = "/dev/shm/elasticrun." + std::to_string(::getpid()) + "." + std::to_string(slot) + "." +
+                    std::to_string(++spawned_);
+  std::error_code ec;
+  if (!std::filesystem::create_directory(dir, ec)) return "";
+  std::filesystem::permissions(dir, std::filesystem::perms::owner_all, ec);
+  shm_dirs_[slot] = dir;
+  return dir;
+}
+
+void Supervisor::remove_shm_dir(std::uint32_t slot) {
+  auto it = shm_dirs_.find(slot);
+  if (it == shm_dirs_.end()) return;
+  std::error_code ec;
+  std::filesystem::remove_all(it->second, ec);
+  shm_dirs_.erase(it);
+}
 
 void Supervisor::start() {
   send(msg::Ready{static_cast<std::uint32_t>(::getpid()), ""});
@@ -109,6 +136,7 @@ void Supervisor::on_spawn(const msg::Spawn& s) {
     if (auto eq = kv.find('='); eq != std::string::npos) merged[kv.substr(0, eq)] = kv;
   spec.env.clear();
   for (auto& [k, kv] : merged) spec.env.push_back(std::move(kv));
+  if (auto dir = make_shm_dir(s.slot); !dir.empty()) spec.env.push_back("UCX_POSIX_DIR=" + dir);
   auto pid = launcher_->spawn(spec);
   if (!pid) {
     send(msg::SpawnFailed{s.slot, pid.error()});

@@ -14,6 +14,7 @@
 #include <boost/asio.hpp>
 
 #include <deque>
+#include <map>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -40,6 +41,8 @@ class Supervisor {
   void send_frame(const Frame& f);
   void write_next();
   void finish_if_idle();
+  std::string make_shm_dir(std::uint32_t slot);
+  void remove_shm_dir(std::uint32_t slot);
 
   boost::asio::io_context& io_;
   boost::asio::posix::stream_descriptor in_, out_;
@@ -54,6 +57,8 @@ class Supervisor {
   int exit_code_ = 0;
   boost::asio::steady_timer kill_timer_;
   bool done_ = false;
+  std::map<std::uint32_t, std::string> shm_dirs_;
+  std::uint64_t spawned_ = 0;
 };
 
 }  // namespace elasticrun::daemon

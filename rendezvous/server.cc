@@ -42,6 +42,7 @@ void Server::accept() {
 void Server::stop() {
   boost::system::error_code ec;
   acceptor_.close(ec);
+  cb_ = {};  // connections we close ourselves are not workers lost
   auto all = sessions_;
   for (const auto& s : all) s->close("");
   sessions_.clear();

@@ -123,8 +123,18 @@ ucp_ep_h UcxTransport::endpoint(int peer, Clock::time_point deadline) {
   ep.address = reinterpret_cast<const ucp_address_t*>(addr.data());
   ep.err_mode = UCP_ERR_HANDLING_MODE_NONE;
   ucs_status_t st = ucp_ep_create(worker_.get(), &ep, &eps_[peer]);
-  if (st != UCS_OK) throw_ucs("connecting to rank " + std::to_string(peer), st);
+  if (st != UCS_OK) peer_unreachable("connecting to rank " + std::to_string(peer) + ": " + ucs_status_string(st));
   return eps_[peer];
+}
+
+// A peer whose address we hold cannot be reached: typically it already left this epoch
+// (its shared memory is gone) because a newer epoch started, and the notice is on its
+// way. Wait briefly for it so the error says why; either way the epoch is broken.
+void UcxTransport::peer_unreachable(const std::string& what) {
+  pollfd p{abort_->fd(), POLLIN, 0};
+  ::poll(&p, 1, 2000);
+  if (abort_->raised()) abort_->throw_error();
+  throw WorkersFailed(what);
 }
 
 Transport::Request UcxTransport::track(ucs_status_ptr_t p, int peer, bool recv, const char* what) {

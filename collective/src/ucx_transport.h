@@ -64,6 +64,7 @@ class UcxTransport final : public Transport {
 
   void create_worker();
   void publish_address();
+  [[noreturn]] void peer_unreachable(const std::string& what);
   ucp_ep_h endpoint(int peer, Clock::time_point deadline);
   Request track(ucs_status_ptr_t p, int peer, bool recv, const char* what);
   bool reap(Request& r, const char* what);

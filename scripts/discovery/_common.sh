@@ -9,7 +9,7 @@ set -eu
 # The state dir for schedule $1: a subdir of ER_DISCOVERY_STATE (default: a per-user
 # dir under /tmp), one per schedule so that schedules sharing a base never mix.
 er_state_dir() {
-  local dir=${ER_DISCOVERY_STATE:-/tmp/elasticrun-discovery-$(id -u)}/$1
+  local dir=${ER_DISCOVERY_STATE:-/tmp/elasticrun-discovery-$UID}/$1
   mkdir -p "$dir"
   printf '%s\n' "$dir"
 }
@@ -67,7 +67,7 @@ er_walk() {
 # demos and tests that want to know when the schedule resized.
 er_record() {
   local state=$1 elapsed=$2 n=$3 last=""
-  [[ -s $state/history ]] && last=$(tail -n 1 "$state/history" | cut -d' ' -f2)
+  [[ -s $state/history ]] && last=$(tail -n 1 "$state/history") && last=${last#* }
   [[ $last == "$n" ]] || printf '%s %s\n' "$elapsed" "$n" >> "$state/history"
 }
 

@@ -68,7 +68,7 @@ class Job:
 
 def shm_entries():
     try:
-        return {e.name for e in os.scandir("/dev/shm") if e.name.startswith("ucx")}
+        return {e.name for e in os.scandir("/dev/shm") if e.name.startswith(("ucx", "elasticrun."))}
     except OSError:
         return set()
 

@@ -35,7 +35,12 @@ class RendezvousTest : public ::testing::Test {
     thread_ = std::thread([this] { io_.run(); });
   }
   void TearDown() override {
-    asio::post(io_, [this] { server_->stop(); });
+    std::promise<void> stopped;
+    asio::post(io_, [&] {
+      server_->stop();
+      stopped.set_value();
+    });
+    stopped.get_future().wait();
     guard_.reset();
     io_.stop();
     thread_.join();
@@ -155,7 +160,7 @@ TEST_F(RendezvousTest, MalformedFrameAfterJoinClosesThatWorker) {
 TEST_F(RendezvousTest, NotificationsRaiseTheAbortSignalPromptly) {
   auto c = join("h0", 0);
   auto t0 = Clock::now();
-  asio::post(io_, [this] { server_->notify_all(msg::NotifyKind::abort, "rank 1 died"); });
+  asio::post(io_, [this] { server_->abort_epoch("rank 1 died"); });
   while (!c->abort_signal()->raised() && Clock::now() - t0 < std::chrono::seconds(2))
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   ASSERT_TRUE(c->abort_signal()->raised());
@@ -164,6 +169,50 @@ TEST_F(RendezvousTest, NotificationsRaiseTheAbortSignalPromptly) {
   EXPECT_EQ(c->abort_signal()->reason(), "rank 1 died");
   // A blocked get returns with the abort rather than at its deadline.
   EXPECT_THROW(c->get("never", Clock::now() + std::chrono::seconds(10)), WorkersFailed);
+}
+
+TEST_F(RendezvousTest, RejoinWaitsForTheNextEpochAndTakesTheNewPlace) {
+  auto a = join("h0", 0), b = join("h0", 1), c = join("h1", 0);
+  std::thread starter([this] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    // h0 failed: the next epoch has h1 only.
+    asio::post(io_, [this] {
+      server_->start_epoch(rendezvous::assign({{"h1", 1}}, 0, 2), msg::NotifyKind::abort, "h0 failed");
+    });
+  });
+  auto j = c->rejoin(2, Clock::now() + std::chrono::seconds(5));
+  starter.join();
+  EXPECT_EQ(j.epoch, 2u);
+  EXPECT_EQ(j.rank, 0);
+  EXPECT_EQ(j.size, 1);
+  EXPECT_FALSE(c->abort_signal()->raised());  // the abort for epoch 2 is answered
+  // A worker not in the new epoch learns it was removed.
+  EXPECT_THROW(a->rejoin(2, Clock::now() + std::chrono::seconds(5)), Error);
+  // Key-value state is per epoch: c works in epoch 2.
+  c->set("k", {1});
+  EXPECT_EQ(c->get("k", Clock::now() + std::chrono::seconds(2)), (collective::Bytes{1}));
+}
+
+TEST_F(RendezvousTest, HostsUpdatedOnlyFlagsAndKeepsTheOldEpochServing) {
+  auto a = join("h0", 0), b = join("h0", 1);
+  a->set("addr/0", {7});
+  std::promise<void> done;
+  asio::post(io_, [&] {
+    server_->start_epoch(rendezvous::assign({{"h0", 2}, {"h1", 1}, {"h2", 1}}, 0, 2), msg::NotifyKind::hosts_updated,
+                         "host added");
+    done.set_value();
+  });
+  done.get_future().wait();
+  auto t0 = Clock::now();
+  while (!a->hosts_updated() && Clock::now() - t0 < std::chrono::seconds(2))
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  EXPECT_TRUE(a->hosts_updated());
+  EXPECT_FALSE(a->abort_signal()->raised());
+  // The old epoch's table still answers its workers until they re-join.
+  EXPECT_EQ(b->get("addr/0", Clock::now() + std::chrono::seconds(2)), (collective::Bytes{7}));
+  auto j = a->rejoin(2, Clock::now() + std::chrono::seconds(2));
+  EXPECT_EQ(j.size, 4);
+  EXPECT_FALSE(a->hosts_updated());
 }
 
 TEST_F(RendezvousTest, ConnectionLossWithoutLeaveIsReported) {
