@@ -1,6 +1,7 @@
 #include "cmd/daemon_link.h"
 
 #include "common/log.h"
+#include "common/shm_dirs.h"
 
 #include <boost/asio.hpp>
 #include <boost/process.hpp>
@@ -69,7 +70,9 @@ namespace asio = boost::asio;
 struct DieWithDriver : bp::extend::handler {
   template <class Executor>
   void on_exec_setup(Executor&) const {
-    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    // SIGTERM, not SIGKILL: the daemon then stops its workers and removes their
+    // shared-memory directories before it exits.
+    ::prctl(PR_SET_PDEATHSIG, SIGTERM);
   }
 };
 
@@ -86,6 +89,8 @@ class LocalDaemon final : public DaemonLink {
     for (int i = 0; i < 600; ++i) {
       if (::waitpid(pid, &status, WNOHANG) == pid) {
         child_->detach();
+        // A daemon that was killed could not clean up after its workers.
+        shm_dirs::remove_all_of(pid);
         return;
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(5));

@@ -3,6 +3,7 @@
 //   elasticrund --stdio      control channel on stdin/stdout (started by elasticrun,
 //                            locally or over SSH); exits when the channel closes.
 #include "common/log.h"
+#include "common/shm_dirs.h"
 #include "daemon/supervisor.h"
 
 #include <boost/asio.hpp>
@@ -19,6 +20,8 @@ namespace {
 constexpr const char* kUsage = "usage: elasticrund --stdio [--log-level LEVEL]\n";
 
 int run_stdio() {
+  // Reclaim what daemons that died before us left behind (Mesos's recover()).
+  elasticrun::shm_dirs::remove_stale();
   boost::asio::io_context io;
   int exit_code = 0;
   // stdout is the control channel: nothing else may write there.

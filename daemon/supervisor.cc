@@ -2,6 +2,7 @@
 
 #include "common/env.h"
 #include "common/log.h"
+#include "common/shm_dirs.h"
 
 #include <unistd.h>
 
@@ -41,8 +42,7 @@ Supervisor::~Supervisor() {
 std::string Supervisor::make_shm_dir(std::uint32_t slot) {
   if (std::getenv("UCX_POSIX_DIR")) return "";
   remove_shm_dir(slot);
-  std::string dir = "/dev/shm/elasticrun." + std::to_string(::getpid()) + "." + std::to_string(slot) + "." +
-                    std::to_string(++spawned_);
+  std::string dir = shm_dirs::path(::getpid(), slot, ++spawned_);
   std::error_code ec;
   if (!std::filesystem::create_directory(dir, ec)) return "";
   std::filesystem::permissions(dir, std::filesystem::perms::owner_all, ec);

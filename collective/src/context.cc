@@ -83,31 +83,36 @@ std::unique_ptr<Context> Context::from_environment() {
   auto deadline = collective::Clock::now() + std::min(timeout, std::chrono::milliseconds(60000));
   auto client = std::make_shared<collective::RendezvousClient>(required_env(env::kRendezvousAddr), *secret, host,
                                                                slot, epoch, deadline);
-  auto ctx = std::make_unique<Context>(make_comm(client->joined(), client, timeout));
+  auto ctx = std::unique_ptr<Context>(new Context());
   ctx->impl_->client = std::move(client);
   ctx->impl_->timeout = timeout;
-  ctx->impl_->topo = topology_of(ctx->impl_->client->joined(), host);
+  ctx->impl_->topo.host = host;
+  ctx->connect(ctx->impl_->client->joined(), collective::Clock::now() + timeout);
   return ctx;
+}
+
+Context::Context() : impl_(std::make_unique<Impl>()) {}
+
+// Builds the communicator of epoch `j`. If yet another epoch starts meanwhile (a failure
+// during start-up or recovery), building fails with WorkersFailed: join the newer one.
+void Context::connect(msg::JoinOk j, std::chrono::steady_clock::time_point deadline) {
+  auto& client = impl_->client;
+  while (true) {
+    try {
+      impl_->comm = make_comm(j, client, impl_->timeout);
+      impl_->topo = topology_of(j, impl_->topo.host);
+      return;
+    } catch (const WorkersFailed&) {
+      j = client->rejoin(j.epoch + 1, deadline);
+    }
+  }
 }
 
 void Context::rejoin() {
   if (!impl_->client) throw Error("rejoin: this context has no rendezvous connection");
   impl_->comm.reset();  // release the old epoch's transport before building the next
-  auto& client = impl_->client;
   auto deadline = collective::Clock::now() + impl_->timeout;
-  std::uint64_t after = impl_->topo.epoch;
-  // If yet another epoch starts while this one's communicator is being built (a second
-  // failure during recovery), building it fails with WorkersFailed: join the newer one.
-  while (true) {
-    auto j = client->rejoin(after + 1, deadline);
-    try {
-      impl_->comm = make_comm(j, client, impl_->timeout);
-      impl_->topo = topology_of(j, impl_->topo.host);
-      break;
-    } catch (const WorkersFailed&) {
-      after = j.epoch;
-    }
-  }
+  connect(impl_->client->rejoin(impl_->topo.epoch + 1, deadline), deadline);
   ++impl_->resets;
 }
 

@@ -77,7 +77,12 @@ int main(int argc, char** argv) {
       if (!elastic || (!dynamic_cast<const elasticrun::WorkersFailed*>(&e) &&
                        !dynamic_cast<const elasticrun::HostsUpdated*>(&e)))
         throw;
-      elasticrun::context().rejoin();
+      try {
+        elasticrun::context().rejoin();
+      } catch (const std::exception& x) {
+        std::fprintf(stderr, "DEBUG rejoin threw: %s\n", x.what());
+        throw;
+      }
       const auto& t = elasticrun::context().topology();
       rank = t.rank;
       std::printf("rejoined epoch %llu rank %d size %d (%s)\n", static_cast<unsigned long long>(t.epoch), t.rank,

@@ -15,6 +15,7 @@
 
 #include <elasticrun/types.hpp>
 
+#include <chrono>
 #include <cstddef>
 #include <memory>
 #include <span>
@@ -24,6 +25,9 @@
 namespace elasticrun {
 
 class Communicator;
+namespace msg {
+struct JoinOk;  // internal: a rendezvous reply
+}
 
 // Where this process sits in the job.
 struct Topology {
@@ -63,6 +67,10 @@ class Context {
   int resets() const;
 
  private:
+  Context();
+  // Internal: builds the communicator of the joined epoch `join` (a msg::JoinOk),
+  // following newer epochs that start meanwhile.
+  void connect(msg::JoinOk join, std::chrono::steady_clock::time_point deadline);
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

@@ -1,0 +1,87 @@
+// Collectives on GPU memory (NCCL), and routing by where a buffer lives.
+//
+//   elasticrun::init();
+//   elasticrun::device::Collectives coll(elasticrun::context());
+//   coll.allreduce(d_grad, d_grad, n, elasticrun::DataType::f32, elasticrun::ReduceOp::avg, stream);
+//
+// Streams are `void*` (a cudaStream_t; null is the legacy default stream) so this header
+// needs no CUDA headers. Each call enqueues the NCCL operation on the stream and returns
+// when it has completed there, or throws: WorkersFailed / HostsUpdated when the control
+// plane aborts the epoch, TimeoutError past ELASTICRUN_COLLECTIVE_TIMEOUT, Error for bad
+// arguments or a build without the NCCL backend. NCCL has no timeouts and does not notice
+// a dead peer on the same host, so waits never block in CUDA: they poll the stream, NCCL's
+// async error, the abort flag and the deadline, and abort the communicator (ncclCommAbort)
+// on abort or deadline. After any such error the communicator is unusable: make a new one
+// after Context::rejoin() (Collectives does this by itself when the epoch changes).
+//
+// Device choice: device `local_rank % device_count` among the visible ones
+// (CUDA_VISIBLE_DEVICES; the daemon may give each worker its own), or ELASTICRUN_DEVICE=N.
+#pragma once
+
+#include <elasticrun/elasticrun.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace elasticrun::device {
+
+enum class Memory { host, device };
+
+// Where `p` points (cudaPointerGetAttributes): device or managed memory is `device`,
+// anything else (pageable, pinned, null) is `host`. Always `host` without the NCCL backend.
+Memory memory_of(const void* p);
+
+// True if this build has the NCCL backend and a CUDA device is visible; otherwise false
+// with the reason in `*why` (if given), e.g. "no CUDA device: cudaErrorNoDevice".
+bool available(std::string* why = nullptr);
+
+// Collectives on device buffers, for one epoch. Same shapes as elasticrun::Communicator;
+// `count` is in elements; in == out means in place.
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual int device() const = 0;  // the CUDA device index it runs on
+
+  virtual void allreduce(const void* in, void* out, std::size_t count, DataType t, ReduceOp op,
+                         void* stream = nullptr) = 0;
+  virtual void broadcast(void* buf, std::size_t count, DataType t, int root, void* stream = nullptr) = 0;
+  virtual void allgather(const void* in, void* out, std::size_t count, DataType t, void* stream = nullptr) = 0;
+  // in holds size()*count elements; out receives the reduced block at index rank().
+  virtual void reduce_scatter(const void* in, void* out, std::size_t count, DataType t, ReduceOp op,
+                              void* stream = nullptr) = 0;
+  // in and out hold size()*count elements; block j of in goes to rank j.
+  virtual void alltoall(const void* in, void* out, std::size_t count, DataType t, void* stream = nullptr) = 0;
+};
+
+// A device communicator for `ctx`'s current epoch. Collective: every rank of the epoch
+// calls it. Throws Error without the backend or a device.
+std::unique_ptr<Communicator> make_communicator(Context& ctx);
+
+// One entry point for host and device buffers: device buffers go to a device
+// communicator (made on first use, remade when ctx's epoch changes), host buffers to
+// ctx.comm() (the stream is ignored; the caller has finished writing them). All ranks
+// must pass buffers of the same kind to one call.
+class Collectives {
+ public:
+  explicit Collectives(Context& ctx);
+  ~Collectives();
+
+  void allreduce(const void* in, void* out, std::size_t count, DataType t, ReduceOp op, void* stream = nullptr);
+  void broadcast(void* buf, std::size_t count, DataType t, int root, void* stream = nullptr);
+  void allgather(const void* in, void* out, std::size_t count, DataType t, void* stream = nullptr);
+  void reduce_scatter(const void* in, void* out, std::size_t count, DataType t, ReduceOp op, void* stream = nullptr);
+  void alltoall(const void* in, void* out, std::size_t count, DataType t, void* stream = nullptr);
+
+ private:
+  Communicator* device_for(const void* buf);  // null: use the host path
+
+  Context& ctx_;
+  std::unique_ptr<Communicator> dev_;
+  std::uint64_t dev_epoch_ = 0;
+};
+
+}  // namespace elasticrun::device

@@ -1,0 +1,78 @@
+// The public device API (device.hpp) on top of the backend factory.
+#include "device_factory.h"
+#include "nccl_id_exchange.h"
+
+#include <elasticrun/device.hpp>
+
+namespace elasticrun::device {
+
+Memory memory_of(const void* p) { return collective::device_memory_of(p); }
+
+bool available(std::string* why) { return collective::device_available(why); }
+
+// The unique id travels as a host broadcast from rank 0 over ctx.comm(): it is bounded
+// by the collective timeout and interrupted by the control plane like any collective.
+//
+// Gap: the public Context does not expose its rendezvous client, so this communicator's
+// own waits watch the deadline and NCCL's errors but not the AbortSignal. Once Context
+// exposes its Store and AbortSignal to the library, pass them here (store_id_exchange
+// under "e<epoch>/" and the client's signal) and the abort path is complete.
+std::unique_ptr<Communicator> make_communicator(Context& ctx) {
+  const Topology& topo = ctx.topology();
+  collective::DeviceCommConfig cfg;
+  cfg.rank = topo.rank;
+  cfg.size = topo.size;
+  cfg.local_rank = topo.local_rank;
+  cfg.timeout = collective::collective_timeout_from_env();
+  int rank = topo.rank;
+  collective::IdExchange exchange = [&ctx, rank](const std::function<collective::Bytes()>& make_id,
+                                                 collective::Clock::time_point) {
+    collective::Bytes id(collective::kNcclIdBytes);
+    if (rank == 0) id = make_id();
+    ctx.comm().broadcast(id.data(), id.size(), DataType::u8, 0);
+    return id;
+  };
+  return collective::make_device_communicator(cfg, exchange, std::make_shared<collective::AbortSignal>());
+}
+
+Collectives::Collectives(Context& ctx) : ctx_(ctx) {}
+Collectives::~Collectives() = default;
+
+Communicator* Collectives::device_for(const void* buf) {
+  if (memory_of(buf) != Memory::device) return nullptr;
+  std::uint64_t epoch = ctx_.topology().epoch;
+  if (!dev_ || dev_epoch_ != epoch) {
+    dev_.reset();  // the old epoch's communicator goes before the new one is built
+    dev_ = make_communicator(ctx_);
+    dev_epoch_ = epoch;
+  }
+  return dev_.get();
+}
+
+void Collectives::allreduce(const void* in, void* out, std::size_t count, DataType t, ReduceOp op, void* stream) {
+  if (auto* d = device_for(in)) return d->allreduce(in, out, count, t, op, stream);
+  ctx_.comm().allreduce(in, out, count, t, op);
+}
+
+void Collectives::broadcast(void* buf, std::size_t count, DataType t, int root, void* stream) {
+  if (auto* d = device_for(buf)) return d->broadcast(buf, count, t, root, stream);
+  ctx_.comm().broadcast(buf, count, t, root);
+}
+
+void Collectives::allgather(const void* in, void* out, std::size_t count, DataType t, void* stream) {
+  if (auto* d = device_for(out)) return d->allgather(in, out, count, t, stream);
+  ctx_.comm().allgather(in, out, count, t);
+}
+
+void Collectives::reduce_scatter(const void* in, void* out, std::size_t count, DataType t, ReduceOp op,
+                                 void* stream) {
+  if (auto* d = device_for(in)) return d->reduce_scatter(in, out, count, t, op, stream);
+  ctx_.comm().reduce_scatter(in, out, count, t, op);
+}
+
+void Collectives::alltoall(const void* in, void* out, std::size_t count, DataType t, void* stream) {
+  if (auto* d = device_for(in)) return d->alltoall(in, out, count, t, stream);
+  ctx_.comm().alltoall(in, out, count, t);
+}
+
+}  // namespace elasticrun::device

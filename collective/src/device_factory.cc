@@ -1,0 +1,52 @@
+// The single place that branches on whether the NCCL backend was built.
+#include "device_factory.h"
+
+#include "nccl_id_exchange.h"
+
+#include <common/env.h>
+
+#include <cstdlib>
+
+#ifdef ELASTICRUN_HAVE_NCCL
+#include "nccl_communicator.h"
+#endif
+
+namespace elasticrun::collective {
+
+IdExchange store_id_exchange(std::shared_ptr<Store> store, std::string scope, int rank) {
+  return [store = std::move(store), scope = std::move(scope), rank](const std::function<Bytes()>& make_id,
+                                                                      Clock::time_point deadline) {
+    return exchange_nccl_id(*store, scope, rank, make_id, deadline);
+  };
+}
+
+#ifdef ELASTICRUN_HAVE_NCCL
+std::unique_ptr<device::Communicator> make_device_communicator(const DeviceCommConfig& cfg, const IdExchange& exchange,
+                                                               std::shared_ptr<AbortSignal> abort) {
+  return make_nccl_communicator(cfg, exchange, std::move(abort));
+}
+device::Memory device_memory_of(const void* p) { return nccl_memory_of(p); }
+bool device_available(std::string* why) { return nccl_available(why); }
+#else
+std::unique_ptr<device::Communicator> make_device_communicator(const DeviceCommConfig&, const IdExchange&,
+                                                               std::shared_ptr<AbortSignal>) {
+  throw Error("device collectives: libelasticrun was built without the NCCL backend (meson -Dnccl=enabled)");
+}
+device::Memory device_memory_of(const void*) { return device::Memory::host; }
+bool device_available(std::string* why) {
+  if (why) *why = "built without the NCCL backend";
+  return false;
+}
+#endif
+
+std::chrono::milliseconds collective_timeout_from_env() {
+  const char* v = std::getenv(env::kCollectiveTimeout);
+  if (!v || !*v) return std::chrono::seconds(300);
+  char* end = nullptr;
+  double s = std::strtod(v, &end);
+  if (*end != '\0' || !(s > 0))
+    throw Error(std::string(env::kCollectiveTimeout) + "='" + v + "' is not a positive number of seconds");
+  return std::chrono::milliseconds(static_cast<long long>(s * 1000));
+}
+
+}  // namespace elasticrun::collective

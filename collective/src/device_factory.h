@@ -1,0 +1,40 @@
+// Making device communicators: the one seam between the library and the NCCL backend.
+//
+// device_factory.cc is the only file that knows whether NCCL was built in
+// (ELASTICRUN_HAVE_NCCL); everything else calls these functions.
+#pragma once
+
+#include "abort_signal.h"
+#include "store.h"
+
+#include <elasticrun/device.hpp>
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+
+namespace elasticrun::collective {
+
+struct DeviceCommConfig {
+  int rank = 0, size = 1;
+  int local_rank = 0;
+  std::chrono::milliseconds timeout{300000};  // per-operation deadline (init included)
+};
+
+// Gives every rank rank 0's unique id: rank 0 calls make_id. Bounded by the deadline.
+using IdExchange = std::function<Bytes(const std::function<Bytes()>& make_id, Clock::time_point deadline)>;
+
+// The exchange through a Store under `<scope>nccl/id` (nccl_id_exchange.h).
+IdExchange store_id_exchange(std::shared_ptr<Store> store, std::string scope, int rank);
+
+// Throws Error when the build has no NCCL backend.
+std::unique_ptr<device::Communicator> make_device_communicator(const DeviceCommConfig& cfg, const IdExchange& exchange,
+                                                               std::shared_ptr<AbortSignal> abort);
+device::Memory device_memory_of(const void* p);
+bool device_available(std::string* why);
+
+// ELASTICRUN_COLLECTIVE_TIMEOUT in seconds (default 300); throws Error if malformed.
+std::chrono::milliseconds collective_timeout_from_env();
+
+}  // namespace elasticrun::collective

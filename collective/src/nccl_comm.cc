@@ -1,0 +1,165 @@
+#include "nccl_comm.h"
+
+#include "nccl_errors.h"
+#include "nccl_id_exchange.h"
+
+#include <elasticrun/types.hpp>
+
+#include <chrono>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+static_assert(NCCL_VERSION_CODE >= 22700, "elasticrun's NCCL backend needs NCCL >= 2.27 (ncclCommShrink)");
+static_assert(sizeof(ncclUniqueId) == elasticrun::collective::kNcclIdBytes, "ncclUniqueId size changed");
+
+namespace elasticrun::collective {
+namespace {
+
+// Spin briefly (short collectives finish in microseconds), then yield, then sleep:
+// several ranks may share a GPU and the host's cores, and a busy-polling waiter must
+// not starve the rank it waits for.
+class Backoff {
+ public:
+  void pause() {
+    ++n_;
+    if (n_ < 64) return;
+    if (n_ < 1024) std::this_thread::yield();
+    else std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+
+ private:
+  int n_ = 0;
+};
+
+ncclConfig_t nonblocking_config() {
+  ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+  cfg.blocking = 0;
+  return cfg;
+}
+
+// A launch that returned ncclInProgress is fine (poll it); anything else but success throws.
+void check_launch(ncclResult_t r, const std::string& what) {
+  if (classify(r) != Outcome::pending) check_nccl(r, what);
+}
+
+}  // namespace
+
+Bytes make_nccl_unique_id() {
+  ncclUniqueId uid;
+  check_nccl(ncclGetUniqueId(&uid), "ncclGetUniqueId");
+  Bytes out(kNcclIdBytes);
+  std::memcpy(out.data(), uid.internal, kNcclIdBytes);
+  return out;
+}
+
+NcclComm NcclComm::init(int nranks, int rank, const Bytes& id, const Watch& w) {
+  if (id.size() != kNcclIdBytes) throw Error(w.what + ": unique id has " + std::to_string(id.size()) + " bytes");
+  ncclUniqueId uid;
+  std::memcpy(uid.internal, id.data(), kNcclIdBytes);
+  ncclConfig_t cfg = nonblocking_config();
+  ncclComm_t raw = nullptr;
+  ncclResult_t r = ncclCommInitRankConfig(&raw, nranks, uid, rank, &cfg);
+  NcclComm comm(raw);  // owned from here, so a failure below aborts it
+  check_launch(r, w.what + ": ncclCommInitRankConfig");
+  comm.wait_ready(w);
+  return comm;
+}
+
+NcclComm& NcclComm::operator=(NcclComm&& o) noexcept {
+  if (this != &o) {
+    abort();
+    comm_ = o.comm_;
+    o.comm_ = nullptr;
+  }
+  return *this;
+}
+
+NcclComm::~NcclComm() {
+  if (!comm_) return;
+  // Clean teardown: finalize flushes outstanding work, then destroy frees locally. Both
+  // are bounded; a communicator that does not finalize in time (a peer is gone) is aborted.
+  ncclResult_t st = ncclCommFinalize(comm_);
+  auto deadline = Clock::now() + std::chrono::seconds(10);
+  Backoff b;
+  if (st == ncclSuccess || st == ncclInProgress) {
+    while ((st = async_state()) == ncclInProgress && Clock::now() < deadline) b.pause();
+  }
+  if (st != ncclSuccess) {
+    abort();
+    return;
+  }
+  ncclCommDestroy(comm_);
+  comm_ = nullptr;
+}
+
+void NcclComm::abort() noexcept {
+  if (!comm_) return;
+  ncclCommAbort(comm_);
+  comm_ = nullptr;
+}
+
+ncclResult_t NcclComm::async_state() const {
+  ncclResult_t st = ncclSuccess;
+  ncclResult_t r = ncclCommGetAsyncError(comm_, &st);
+  return r == ncclSuccess ? st : r;
+}
+
+void NcclComm::check_watch(const Watch& w) {
+  if (w.abort && w.abort->raised()) {
+    abort();
+    w.abort->throw_error();
+  }
+  if (Clock::now() >= w.deadline) {
+    abort();
+    throw TimeoutError(w.what + ": not complete by its deadline (NCCL has no timeout of its own); communicator aborted");
+  }
+}
+
+void NcclComm::wait_ready(const Watch& w) {
+  if (!comm_) throw WorkersFailed(w.what + ": the NCCL communicator was aborted");
+  Backoff b;
+  for (;;) {
+    ncclResult_t st = async_state();
+    if (st == ncclSuccess) return;
+    if (st != ncclInProgress) {
+      std::string detail = std::string(ncclGetErrorString(st)) + " (" + ncclGetLastError(comm_) + ")";
+      abort();
+      throw_if_failed(classify(st), w.what, "nccl: " + detail);
+    }
+    check_watch(w);
+    b.pause();
+  }
+}
+
+void NcclComm::wait_stream(cudaStream_t stream, const Watch& w) {
+  if (!comm_) throw WorkersFailed(w.what + ": the NCCL communicator was aborted");
+  Backoff b;
+  for (;;) {
+    cudaError_t q = cudaStreamQuery(stream);
+    ncclResult_t st = async_state();
+    if (st != ncclSuccess && st != ncclInProgress) wait_ready(w);  // throws with NCCL's reason
+    if (classify(q) == Outcome::error) {
+      abort();
+      check_cuda(q, w.what + ": cudaStreamQuery");
+    }
+    if (q == cudaSuccess && st == ncclSuccess) return;
+    check_watch(w);
+    b.pause();
+  }
+}
+
+NcclComm NcclComm::shrink(std::span<const int> excluded, const Watch& w) {
+  if (!comm_) throw WorkersFailed(w.what + ": the NCCL communicator was aborted");
+  std::vector<int> ex(excluded.begin(), excluded.end());
+  ncclConfig_t cfg = nonblocking_config();
+  ncclComm_t raw = nullptr;
+  ncclResult_t r = ncclCommShrink(comm_, ex.data(), static_cast<int>(ex.size()), &raw, &cfg, NCCL_SHRINK_ABORT);
+  NcclComm out(raw);
+  check_launch(r, w.what + ": ncclCommShrink");
+  out.wait_ready(w);
+  abort();  // the parent's operations were terminated by NCCL_SHRINK_ABORT: free it
+  return out;
+}
+
+}  // namespace elasticrun::collective

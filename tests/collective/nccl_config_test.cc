@@ -1,0 +1,116 @@
+// Device selection, ELASTICRUN_DEVICE parsing and the NCCL unique-id exchange over the
+// in-memory store with N threads. None of it needs NCCL or a GPU, so it runs in every build.
+#include "abort_signal.h"
+#include "device_factory.h"
+#include "device_config.h"
+#include "memory_store.h"
+#include "nccl_id_exchange.h"
+
+#include <elasticrun/device.hpp>
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <memory>
+#include <thread>
+#include <vector>
+
+namespace ec = elasticrun::collective;
+using namespace std::chrono_literals;
+
+TEST(DeviceConfig, ParseDevice) {
+  EXPECT_FALSE(ec::parse_device(nullptr));
+  EXPECT_FALSE(ec::parse_device(""));
+  EXPECT_EQ(ec::parse_device("0"), 0);
+  EXPECT_EQ(ec::parse_device("7"), 7);
+  for (const char* bad : {"-1", "x", "1x", " 1", "99999999999"})
+    EXPECT_THROW(ec::parse_device(bad), elasticrun::Error) << bad;
+}
+
+TEST(DeviceConfig, LocalRankModuloDeviceCount) {
+  EXPECT_EQ(ec::select_device(0, 8, std::nullopt), 0);
+  EXPECT_EQ(ec::select_device(5, 8, std::nullopt), 5);
+  EXPECT_EQ(ec::select_device(5, 2, std::nullopt), 1);  // ranks share GPUs
+  EXPECT_EQ(ec::select_device(3, 1, std::nullopt), 0);  // one visible GPU (CUDA_VISIBLE_DEVICES=k)
+}
+
+TEST(DeviceConfig, ForcedDeviceAndErrors) {
+  EXPECT_EQ(ec::select_device(3, 4, 1), 1);
+  EXPECT_THROW(ec::select_device(0, 2, 2), elasticrun::Error);
+  EXPECT_THROW(ec::select_device(0, 0, std::nullopt), elasticrun::Error);
+  EXPECT_THROW(ec::select_device(-1, 2, std::nullopt), elasticrun::Error);
+}
+
+TEST(DeviceConfig, FromEnvironment) {
+  ::setenv(ec::kDeviceEnv, "1", 1);
+  EXPECT_EQ(ec::select_device_from_env(0, 4), 1);
+  ::setenv(ec::kDeviceEnv, "bad", 1);
+  EXPECT_THROW(ec::select_device_from_env(0, 4), elasticrun::Error);
+  ::unsetenv(ec::kDeviceEnv);
+  EXPECT_EQ(ec::select_device_from_env(6, 4), 2);
+}
+
+namespace {
+ec::Bytes fake_id(std::uint8_t seed) {
+  ec::Bytes id(ec::kNcclIdBytes);
+  for (std::size_t i = 0; i < id.size(); ++i) id[i] = static_cast<std::uint8_t>(seed + i);
+  return id;
+}
+}  // namespace
+
+TEST(NcclIdExchange, EveryRankGetsRankZerosId) {
+  constexpr int kRanks = 6;
+  auto store = std::make_shared<ec::MemoryStore>();
+  std::vector<ec::Bytes> got(kRanks);
+  std::atomic<int> made{0};
+  std::vector<std::thread> threads;
+  for (int r = kRanks - 1; r >= 0; --r) {  // fetchers start before the maker
+    threads.emplace_back([&, r] {
+      auto ex = ec::store_id_exchange(store, "e3/", r);
+      got[r] = ex([&] { ++made; return fake_id(42); }, ec::Clock::now() + 5s);
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(made.load(), 1);
+  for (int r = 0; r < kRanks; ++r) EXPECT_EQ(got[r], fake_id(42)) << "rank " << r;
+  EXPECT_EQ(store->get("e3/nccl/id", ec::Clock::now()), fake_id(42));
+}
+
+TEST(NcclIdExchange, EpochsHaveTheirOwnIds) {
+  ec::MemoryStore store;
+  ec::exchange_nccl_id(store, "e1/", 0, [] { return fake_id(1); }, ec::Clock::now() + 1s);
+  ec::exchange_nccl_id(store, "e2/", 0, [] { return fake_id(2); }, ec::Clock::now() + 1s);
+  EXPECT_EQ(ec::exchange_nccl_id(store, "e1/", 3, nullptr, ec::Clock::now() + 1s), fake_id(1));
+  EXPECT_EQ(ec::exchange_nccl_id(store, "e2/", 3, nullptr, ec::Clock::now() + 1s), fake_id(2));
+}
+
+TEST(NcclIdExchange, MalformedValueIsProtocolError) {
+  ec::MemoryStore store;
+  store.set("e1/nccl/id", ec::Bytes(5, 0));
+  EXPECT_THROW(ec::exchange_nccl_id(store, "e1/", 1, nullptr, ec::Clock::now() + 1s), elasticrun::ProtocolError);
+  EXPECT_THROW(ec::exchange_nccl_id(store, "e1/", 0, [] { return ec::Bytes(3); }, ec::Clock::now() + 1s),
+               elasticrun::Error);
+}
+
+TEST(NcclIdExchange, MissingIdTimesOutAndAbortInterrupts) {
+  ec::MemoryStore store;
+  EXPECT_THROW(ec::exchange_nccl_id(store, "e1/", 1, nullptr, ec::Clock::now() + 50ms), elasticrun::TimeoutError);
+  auto abort = std::make_shared<ec::AbortSignal>();
+  ec::MemoryStore aborting(abort);
+  std::thread raiser([&] {
+    std::this_thread::sleep_for(20ms);
+    abort->raise(ec::AbortSignal::Kind::workers_failed, "rank 0 died");
+  });
+  auto t0 = ec::Clock::now();
+  EXPECT_THROW(ec::exchange_nccl_id(aborting, "e1/", 1, nullptr, t0 + 10s), elasticrun::WorkersFailed);
+  EXPECT_LT(ec::Clock::now() - t0, 2s);
+  raiser.join();
+}
+
+TEST(DeviceApi, HostMemoryIsHost) {
+  std::vector<float> v(4);
+  EXPECT_EQ(elasticrun::device::memory_of(v.data()), elasticrun::device::Memory::host);
+  EXPECT_EQ(elasticrun::device::memory_of(nullptr), elasticrun::device::Memory::host);
+  std::string why;
+  if (!elasticrun::device::available(&why)) EXPECT_FALSE(why.empty());
+}
