@@ -1,6 +1,7 @@
 #include "cmd/job.h"
 
 #include "cmd/exit_codes.h"
+#include "common/env.h"
 #include "common/log.h"
 #include "discovery/local_host.h"
 
@@ -146,8 +147,11 @@ void Job::spawn(const rendezvous::WorkerPlace& w) {
   DaemonLink* d = ensure_daemon(w.host);
   if (!d) return;
   workers_[{w.host, w.slot}] = Worker{w.rank};
+  auto env = opts_.env;
+  auto rejoin = opts_.elastic_timeout + opts_.rendezvous_timeout;
+  env.push_back(fmt::format("{}={:.3f}", env::kRejoinTimeout, rejoin.count() / 1000.0));
   d->send(msg::Spawn{static_cast<std::uint32_t>(w.slot), assignment_.epoch, w.rank, assignment_.size(),
-                     opts_.command, opts_.env});
+                     opts_.command, env});
 }
 
 void Job::signal_worker(const Place& p, int sig) {

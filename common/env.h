@@ -12,6 +12,9 @@ inline constexpr const char* kSlot = "ELASTICRUN_SLOT";    // slot index on that
 inline constexpr const char* kEpoch = "ELASTICRUN_EPOCH";  // epoch the worker was started in
 inline constexpr const char* kRank = "ELASTICRUN_RANK";    // rank at start (informational)
 inline constexpr const char* kSize = "ELASTICRUN_SIZE";    // world size at start (informational)
+// Seconds a worker waits in rejoin for the next epoch: the driver's own bound on
+// forming one (--elastic-timeout + --rendezvous-timeout), since it ends the job past it.
+inline constexpr const char* kRejoinTimeout = "ELASTICRUN_REJOIN_TIMEOUT";
 
 // Read by the collective library; the user may set them.
 inline constexpr const char* kAlgorithm = "ELASTICRUN_ALGORITHM";  // auto|ring|rd|...

@@ -14,6 +14,7 @@ namespace elasticrun {
 struct Context::Impl {
   Topology topo;
   std::chrono::milliseconds timeout{300000};
+  std::chrono::milliseconds rejoin_timeout{300000};
   int resets = 0;
   std::shared_ptr<collective::RendezvousClient> client;  // null for a standalone communicator
   std::unique_ptr<Communicator> comm;
@@ -37,14 +38,16 @@ long long int_env(const char* name) {
   return n;
 }
 
-std::chrono::milliseconds collective_timeout() {
-  const char* v = std::getenv(env::kCollectiveTimeout);
-  if (!v || !*v) return std::chrono::seconds(300);
+std::chrono::milliseconds seconds_env(const char* name, std::chrono::milliseconds fallback) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return fallback;
   char* end = nullptr;
   double s = std::strtod(v, &end);
-  if (*end != '\0' || !(s > 0)) throw Error(std::string(env::kCollectiveTimeout) + "='" + v + "' is not a positive number of seconds");
+  if (*end != '\0' || !(s > 0) || s > 1e7) throw Error(std::string(name) + "='" + v + "' is not a positive number of seconds");
   return std::chrono::milliseconds(static_cast<long long>(s * 1000));
 }
+
+std::chrono::milliseconds collective_timeout() { return seconds_env(env::kCollectiveTimeout, std::chrono::seconds(300)); }
 
 // The process-wide default context of init()/shutdown().
 struct Default {
@@ -86,8 +89,9 @@ std::unique_ptr<Context> Context::from_environment() {
   auto ctx = std::unique_ptr<Context>(new Context());
   ctx->impl_->client = std::move(client);
   ctx->impl_->timeout = timeout;
+  ctx->impl_->rejoin_timeout = std::max(timeout, seconds_env(env::kRejoinTimeout, timeout));
   ctx->impl_->topo.host = host;
-  ctx->connect(ctx->impl_->client->joined(), collective::Clock::now() + timeout);
+  ctx->connect(ctx->impl_->client->joined(), collective::Clock::now() + ctx->impl_->rejoin_timeout);
   return ctx;
 }
 
@@ -111,7 +115,7 @@ void Context::connect(msg::JoinOk j, std::chrono::steady_clock::time_point deadl
 void Context::rejoin() {
   if (!impl_->client) throw Error("rejoin: this context has no rendezvous connection");
   impl_->comm.reset();  // release the old epoch's transport before building the next
-  auto deadline = collective::Clock::now() + impl_->timeout;
+  auto deadline = collective::Clock::now() + impl_->rejoin_timeout;
   connect(impl_->client->rejoin(impl_->topo.epoch + 1, deadline), deadline);
   ++impl_->resets;
 }

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <string>
 
 namespace elasticrun::collective {
@@ -20,6 +21,20 @@ ucp_tag_t wire_tag(std::uint64_t tag, int src) { return (tag << kRankBits) | sta
 
 [[noreturn]] void throw_ucs(const std::string& what, ucs_status_t st) {
   throw Error(what + ": " + ucs_status_string(st));
+}
+
+// Sets UCX option `name` (no UCX_ prefix) on `cfg`, unless the user set UCX_<name>:
+// an explicit environment setting always wins over our defaults.
+void tune(ucp_config_t* cfg, const char* name, const std::string& value) {
+  std::string env = std::string("UCX_") + name;
+  if (std::getenv(env.c_str())) return;
+  ucs_status_t st = ucp_config_modify(cfg, name, value.c_str());
+  if (st != UCS_OK) throw_ucs("ucp_config_modify " + env + "=" + value, st);
+}
+
+long xenv(const char* name, long dflt) {  // EXPERIMENT ONLY
+  const char* v = std::getenv(name);
+  return v && *v ? std::atol(v) : dflt;
 }
 
 // Owns a ucp_config_t for the duration of ucp_init.
@@ -38,6 +53,10 @@ UcxTransport::UcxTransport(const Options& opts, std::shared_ptr<Store> store, st
   ConfigGuard config;
   ucs_status_t st = ucp_config_read(nullptr, nullptr, &config.cfg);
   if (st != UCS_OK) throw_ucs("ucp_config_read", st);
+  if (const char* v = std::getenv("ELASTICRUN_X_RNDV")) tune(config.cfg, "RNDV_THRESH", v);
+  if (const char* v = std::getenv("ELASTICRUN_X_TLS")) tune(config.cfg, "TLS", v);
+  spin_window_ = std::chrono::microseconds(xenv("ELASTICRUN_X_SPIN_US", 0));
+  opts_.yield_window = std::chrono::microseconds(xenv("ELASTICRUN_X_YIELD_US", opts_.yield_window.count()));
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED |
                       UCP_PARAM_FIELD_ESTIMATED_NUM_EPS | UCP_PARAM_FIELD_ESTIMATED_NUM_PPN |
@@ -206,7 +225,8 @@ void UcxTransport::wait(std::span<Request> reqs, Clock::time_point deadline, con
 void UcxTransport::idle(Clock::time_point& idle_since, Clock::time_point deadline) {
   auto now = Clock::now();
   if (idle_since == Clock::time_point{}) idle_since = now;
-  if (now - idle_since < opts_.yield_window) {
+  if (now - idle_since < spin_window_) return;
+  if (now - idle_since < spin_window_ + opts_.yield_window) {
     sched_yield();
     return;
   }

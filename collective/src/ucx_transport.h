@@ -80,6 +80,7 @@ class UcxTransport final : public Transport {
   ContextPtr context_;
   WorkerPtr worker_;
   int event_fd_ = -1;
+  std::chrono::microseconds spin_window_{0};
   std::vector<ucp_ep_h> eps_;          // lazily created, indexed by rank
   std::unordered_set<void*> live_;     // posted, not yet freed
 };
