@@ -1,4 +1,5 @@
 // Context: one worker's membership in the job, and the process-wide default.
+#include "context_internal.h"
 #include "rendezvous_client.h"
 #include "ucx_communicator.h"
 
@@ -119,6 +120,8 @@ void Context::rejoin() {
   connect(impl_->client->rejoin(impl_->topo.epoch + 1, deadline), deadline);
   ++impl_->resets;
 }
+
+std::shared_ptr<collective::RendezvousClient> ContextInternals::client(Context& ctx) { return ctx.impl_->client; }
 
 bool Context::hosts_updated() const { return impl_->client && impl_->client->hosts_updated(); }
 int Context::resets() const { return impl_->resets; }

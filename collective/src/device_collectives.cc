@@ -1,4 +1,5 @@
 // The public device API (device.hpp) on top of the backend factory.
+#include "context_internal.h"
 #include "device_factory.h"
 #include "nccl_id_exchange.h"
 
@@ -10,13 +11,10 @@ Memory memory_of(const void* p) { return collective::device_memory_of(p); }
 
 bool available(std::string* why) { return collective::device_available(why); }
 
-// The unique id travels as a host broadcast from rank 0 over ctx.comm(): it is bounded
-// by the collective timeout and interrupted by the control plane like any collective.
-//
-// Gap: the public Context does not expose its rendezvous client, so this communicator's
-// own waits watch the deadline and NCCL's errors but not the AbortSignal. Once Context
-// exposes its Store and AbortSignal to the library, pass them here (store_id_exchange
-// under "e<epoch>/" and the client's signal) and the abort path is complete.
+// The unique id travels through the rendezvous store under this epoch's scope, and the
+// communicator watches the control plane's AbortSignal, so a dead peer (which NCCL may
+// never report) ends a device wait as promptly as a host one. A context without a
+// rendezvous connection (built around a bare Communicator) broadcasts the id instead.
 std::unique_ptr<Communicator> make_communicator(Context& ctx) {
   const Topology& topo = ctx.topology();
   collective::DeviceCommConfig cfg;
@@ -25,6 +23,10 @@ std::unique_ptr<Communicator> make_communicator(Context& ctx) {
   cfg.local_rank = topo.local_rank;
   cfg.timeout = collective::collective_timeout_from_env();
   int rank = topo.rank;
+  if (auto client = ContextInternals::client(ctx)) {
+    auto exchange = collective::store_id_exchange(client, "e" + std::to_string(topo.epoch) + "/", rank);
+    return collective::make_device_communicator(cfg, exchange, client->abort_signal());
+  }
   collective::IdExchange exchange = [&ctx, rank](const std::function<collective::Bytes()>& make_id,
                                                  collective::Clock::time_point) {
     collective::Bytes id(collective::kNcclIdBytes);

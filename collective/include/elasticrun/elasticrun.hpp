@@ -67,6 +67,7 @@ class Context {
   int resets() const;
 
  private:
+  friend struct ContextInternals;
   Context();
   // Internal: builds the communicator of the joined epoch `join` (a msg::JoinOk),
   // following newer epochs that start meanwhile.
