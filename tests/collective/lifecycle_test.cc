@@ -7,6 +7,8 @@
 #include <dirent.h>
 
 #include <atomic>
+#include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -44,14 +46,29 @@ void one_epoch(int epoch, bool abort_midway) {
   });
 }
 
+long rss_kib() {
+  std::FILE* f = std::fopen("/proc/self/status", "r");
+  char line[256];
+  long kib = 0;
+  while (f && std::fgets(line, sizeof line, f))
+    if (std::sscanf(line, "VmRSS: %ld kB", &kib) == 1) break;
+  if (f) std::fclose(f);
+  return kib;
+}
+
+// Hundreds of resets, half of them aborted mid-collective, as a long elastic job sees:
+// file descriptors, threads and shared-memory segments stay flat, memory bounded.
 TEST(Lifecycle, RebuildingDoesNotLeak) {
-  one_epoch(0, false);  // UCX sets up process-wide state once; count after that
+  const int epochs = std::getenv("ER_LIFECYCLE_EPOCHS") ? std::atoi(std::getenv("ER_LIFECYCLE_EPOCHS")) : 200;
+  for (int e = 0; e < 3; ++e) one_epoch(e, e == 2);  // UCX sets up process-wide state once
   int fds = count_entries("/proc/self/fd"), threads = count_entries("/proc/self/task");
   int shm = count_entries("/dev/shm");
-  for (int e = 1; e <= 4; ++e) one_epoch(e, e % 2 == 0);
+  long rss = rss_kib();
+  for (int e = 3; e < 3 + epochs; ++e) one_epoch(e, e % 2 == 0);
   EXPECT_EQ(count_entries("/proc/self/fd"), fds);
   EXPECT_EQ(count_entries("/proc/self/task"), threads);
   EXPECT_LE(count_entries("/dev/shm"), shm);
+  EXPECT_LT(rss_kib() - rss, 64 * 1024) << "resident memory grew by more than 64 MiB over " << epochs << " resets";
 }
 
 }  // namespace
