@@ -107,6 +107,10 @@ void Job::remove_worker(const Place& p) {
 
 void Job::reconcile() {
   if (exit_code_ >= 0) return;
+  // Once a worker of this epoch finished its training (exit 0), the job is ending: the
+  // rest follow, and no membership change may start new workers that have no peers.
+  for (const auto& [p, w] : workers_)
+    if (w.exited_ok) return;
   auto now = Clock::now();
   auto live = alive();
   if (assignment_.epoch > 0 && !epoch_broken_ && !membership_.changed(assignment_, live, now)) return;

@@ -3,6 +3,7 @@
 #include <boost/program_options.hpp>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <sstream>
 
@@ -68,7 +69,9 @@ Result<std::size_t> find_command(const po::options_description& d, int argc, con
       if (o && name.size() > 1) inline_value = true;  // -H<value> / -xVAR
     }
     if (!o) return fail(fmt::format("unknown option '{}'", a));
-    if (o->semantic()->max_tokens() > 0 && !inline_value) ++i;
+    // Options take one value, except the two-value --blacklist-cooldown-range MIN MAX.
+    unsigned values = std::min(o->semantic()->max_tokens(), 2u);
+    if (values > 0 && !inline_value) i += static_cast<int>(values);
   }
   return static_cast<std::size_t>(argc);
 }

@@ -6,9 +6,8 @@
 namespace elasticrun::rendezvous {
 
 const WorkerPlace* Assignment::find(const std::string& host, int slot) const {
-  for (const auto& w : workers)
-    if (w.slot == slot && w.host == host) return &w;
-  return nullptr;
+  auto it = index_.find({host, slot});
+  return it == index_.end() ? nullptr : &workers[it->second];
 }
 
 int total_slots(const std::vector<HostSlots>& hosts) {
@@ -32,6 +31,7 @@ Assignment assign(const std::vector<HostSlots>& hosts, int np, std::uint64_t epo
   std::map<int, int> seen;
   for (auto& w : a.workers) w.cross_rank = seen[w.local_rank]++;
   for (auto& w : a.workers) w.cross_size = seen[w.local_rank];
+  for (const auto& w : a.workers) a.index_[{w.host, w.slot}] = w.rank;
   return a;
 }
 

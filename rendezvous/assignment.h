@@ -8,6 +8,8 @@
 #include "discovery/hosts.h"
 
 #include <cstdint>
+#include <map>
+#include <utility>
 #include <optional>
 #include <string>
 #include <vector>
@@ -27,6 +29,10 @@ struct Assignment {
   std::vector<WorkerPlace> workers;  // indexed by rank
   int size() const { return static_cast<int>(workers.size()); }
   const WorkerPlace* find(const std::string& host, int slot) const;
+
+ private:
+  friend Assignment assign(const std::vector<HostSlots>&, int, std::uint64_t);
+  std::map<std::pair<std::string, int>, int> index_;  // (host, slot) -> rank
 };
 
 // Fills min(np, total slots) ranks. np <= 0 means every slot.

@@ -48,6 +48,7 @@ void Server::stop() {
   sessions_.clear();
   epochs_.clear();
   rejoins_.clear();
+  members_.clear();
 }
 
 void Server::start_epoch(Assignment a, msg::NotifyKind kind, const std::string& reason) {
@@ -87,10 +88,19 @@ void Server::end_epoch(std::uint64_t epoch) {
 
 // Drops the state of epochs that no connected worker is in any more.
 void Server::collect_epochs() {
-  std::uint64_t oldest = assignment_.epoch;
-  for (const auto& s : sessions_)
-    if (s->place()) oldest = std::min(oldest, s->epoch());
-  while (!epochs_.empty() && epochs_.begin()->first < oldest) end_epoch(epochs_.begin()->first);
+  while (!epochs_.empty() && epochs_.begin()->first < assignment_.epoch) {
+    auto members = members_.find(epochs_.begin()->first);
+    if (members != members_.end() && members->second > 0) break;
+    end_epoch(epochs_.begin()->first);
+  }
+}
+
+// Moves a session into `epoch`, keeping the per-epoch member counts that
+// collect_epochs() reads (so that it never scans every session).
+void Server::place(const std::shared_ptr<Session>& s, const WorkerPlace& p, std::uint64_t epoch) {
+  if (s->place() && --members_[s->epoch()] == 0) members_.erase(s->epoch());
+  s->joined(p, epoch);
+  ++members_[epoch];
 }
 
 void Server::notify_all(msg::NotifyKind kind, const std::string& reason) {
@@ -114,7 +124,7 @@ void Server::on_join(const std::shared_ptr<Session>& s, const msg::Join& j) {
              " is not in epoch " + std::to_string(assignment_.epoch));
     return;
   }
-  s->joined(*p, assignment_.epoch);
+  place(s, *p, assignment_.epoch);
   s->send(msg::JoinOk{0, assignment_.epoch, p->rank, assignment_.size(), p->local_rank, p->local_size,
                       p->cross_rank, p->cross_size});
   ER_LOG(rendezvous, debug, "rank {} joined epoch {} from '{}' slot {}", p->rank, assignment_.epoch, p->host,
@@ -134,7 +144,7 @@ void Server::answer_rejoin(const std::shared_ptr<Session>& s, std::uint64_t req)
                                 " is not in epoch " + std::to_string(assignment_.epoch)});
     return;
   }
-  s->joined(*p, assignment_.epoch);
+  place(s, *p, assignment_.epoch);
   s->send(msg::JoinOk{req, assignment_.epoch, p->rank, assignment_.size(), p->local_rank, p->local_size,
                       p->cross_rank, p->cross_size});
   ER_LOG(rendezvous, debug, "rank {} re-joined in epoch {} ('{}' slot {})", p->rank, assignment_.epoch, p->host,
@@ -207,6 +217,7 @@ void Server::on_barrier(const std::shared_ptr<Session>& s, const msg::Barrier& m
 
 void Server::on_closed(const std::shared_ptr<Session>& s, bool clean) {
   sessions_.erase(s);
+  if (s->place() && --members_[s->epoch()] == 0) members_.erase(s->epoch());
   if (!clean && s->place() && cb_.on_worker_lost) cb_.on_worker_lost(*s->place(), s->epoch());
   collect_epochs();
 }

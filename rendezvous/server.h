@@ -90,6 +90,7 @@ class Server {
   EpochState* epoch_of(const std::shared_ptr<Session>& s, std::uint64_t req);
   void end_epoch(std::uint64_t epoch);
   void collect_epochs();
+  void place(const std::shared_ptr<Session>& s, const WorkerPlace& p, std::uint64_t epoch);
 
   boost::asio::io_context& io_;
   auth::Secret secret_;
@@ -99,6 +100,7 @@ class Server {
   Assignment assignment_;
   std::set<std::shared_ptr<Session>> sessions_;
   std::map<std::uint64_t, EpochState> epochs_;
+  std::map<std::uint64_t, int> members_;  // joined sessions per epoch
   std::size_t keys_ = 0;  // across all epochs, for the limit
   struct PendingRejoin {
     std::weak_ptr<Session> session;

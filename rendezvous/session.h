@@ -50,7 +50,8 @@ class Session : public std::enable_shared_from_this<Session> {
   Phase phase_ = Phase::auth;
   auth::Nonce nonce_{};
   FrameParser parser_;
-  std::array<std::uint8_t, 16384> rbuf_{};
+  // Not zero-filled: thousands of sessions would each touch the whole buffer.
+  std::array<std::uint8_t, 4096> rbuf_;
   std::deque<wire::Bytes> wqueue_;
   bool left_ = false;
   std::optional<WorkerPlace> place_;

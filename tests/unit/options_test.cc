@@ -70,6 +70,46 @@ TEST(Options, BadInputsHaveClearMessages) {
   }
 }
 
+TEST(Options, ElasticFlags) {
+  auto r = parse({"--min-np", "2", "--max-np", "6", "--blacklist-cooldown-range", "0.5", "4", "-H", "a:4",
+                  "--reset-limit", "3", "--rendezvous-timeout", "2.5", "./train", "--epochs", "9"});
+  ASSERT_TRUE(r.ok()) << r.error();
+  const Options& o = *r->options;
+  EXPECT_TRUE(o.elastic);
+  EXPECT_EQ(o.min_np, 2);
+  EXPECT_EQ(o.max_np, 6);
+  ASSERT_TRUE(o.blacklist_cooldown);
+  EXPECT_EQ(o.blacklist_cooldown->first, std::chrono::milliseconds(500));
+  EXPECT_EQ(o.blacklist_cooldown->second, std::chrono::milliseconds(4000));
+  EXPECT_EQ(o.reset_limit, 3);
+  EXPECT_EQ(o.rendezvous_timeout, std::chrono::milliseconds(2500));
+  EXPECT_EQ(o.command, (std::vector<std::string>{"./train", "--epochs", "9"}));
+  auto d = parse({"--host-discovery-script", "./hosts.sh", "prog"});
+  ASSERT_TRUE(d.ok()) << d.error();
+  EXPECT_TRUE(d->options->elastic);
+  EXPECT_EQ(d->options->discovery_script, "./hosts.sh");
+}
+
+TEST(Options, BadElasticFlags) {
+  struct Case {
+    std::vector<std::string> args;
+    const char* why;
+  } cases[] = {
+      {{"--min-np", "0", "prog"}, "at least one"},
+      {{"--min-np", "4", "--max-np", "2", "prog"}, "below --min-np"},
+      {{"--blacklist-cooldown-range", "5", "1", "prog"}, "MIN <= MAX"},
+      {{"--blacklist-cooldown-range", "0", "1", "prog"}, "0 < MIN"},
+      {{"--discovery-interval", "0", "--min-np", "1", "prog"}, "positive"},
+      {{"--reset-limit", "-1", "--min-np", "1", "prog"}, "--reset-limit"},
+      {{"--host-discovery-script", "x", "-H", "a", "prog"}, "not both"},
+  };
+  for (const auto& c : cases) {
+    auto r = parse(c.args);
+    ASSERT_FALSE(r.ok()) << c.args[0];
+    EXPECT_NE(r.error().find(c.why), std::string::npos) << r.error();
+  }
+}
+
 TEST(Options, HelpAndVersionPrint) {
   auto h = parse({"--help"});
   ASSERT_TRUE(h.ok());
