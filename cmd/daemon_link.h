@@ -42,6 +42,8 @@ class DaemonLink {
   // Ends the link at once; the daemon notices and kills its workers.
   virtual void close() = 0;
   bool closed() const { return closed_; }
+  // The daemon answered (its ready frame arrived).
+  bool ready() const { return ready_; }
 
  protected:
   // Feed bytes read from the daemon. Returns false (and reports) on a bad stream.

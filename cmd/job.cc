@@ -3,6 +3,7 @@
 #include "cmd/exit_codes.h"
 #include "common/env.h"
 #include "common/log.h"
+#include "cmd/ssh_daemon.h"
 #include "discovery/local_host.h"
 
 #include <fmt/format.h>
@@ -75,10 +76,10 @@ Result<std::string> Job::daemon_path() const {
 Result<void> Job::start() {
   if (!events_.open(opts_.events_file))
     return fail(fmt::format("cannot open --events file '{}': {}", opts_.events_file, std::strerror(errno)));
-  for (const auto& h : opts_.hosts)
-    if (!discovery::is_local_host(h.name))
-      return fail(fmt::format("host '{}' is not this machine; launching on remote hosts needs SSH, "
-                              "which this version does not support yet", h.name));
+  // Remote hosts (or hosts a discovery script may name) must reach the rendezvous
+  // server over the network; a job on this machine alone keeps it on loopback.
+  bool remote = !opts_.discovery_script.empty();
+  for (const auto& h : opts_.hosts) remote = remote || !discovery::is_local_host(h.name);
   auto dpath = daemon_path();
   if (!dpath) return Failure{dpath.error()};
   daemon_path_ = *dpath;
@@ -94,7 +95,8 @@ Result<void> Job::start() {
   };
   try {
     server_ = std::make_unique<rendezvous::Server>(
-        io_, secret_, asio::ip::tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0), std::move(cb));
+        io_, secret_, asio::ip::tcp::endpoint(asio::ip::make_address(remote ? "0.0.0.0" : "127.0.0.1"), 0),
+        std::move(cb));
   } catch (const std::exception& e) {
     return fail(std::string("cannot start the rendezvous server: ") + e.what());
   }
@@ -128,18 +130,28 @@ DaemonEvents Job::daemon_events() {
 DaemonLink* Job::ensure_daemon(const std::string& host) {
   auto it = daemons_.find(host);
   if (it != daemons_.end() && !it->second->closed()) return it->second.get();
-  if (!discovery::is_local_host(host)) {
-    on_worker_failed({host, -1}, "remote hosts need SSH, which this version does not support yet");
-    return nullptr;
+  std::unique_ptr<DaemonLink> link;
+  std::string addr = rendezvous_addr_;
+  if (discovery::is_local_host(host)) {
+    auto local = launch_local_daemon(io_, host, daemon_path_, opts_.log_level, daemon_events());
+    if (!local) {
+      finish(exit_code::kLaunchFailed, fmt::format("starting daemon on '{}': {}", host, local.error()));
+      return nullptr;
+    }
+    link = std::move(*local);
+  } else {
+    // The remote workers reach us at the address our traffic to that host leaves from.
+    std::string self = discovery::local_address_towards(host);
+    if (self.empty()) {
+      on_daemon_closed(host, false, "cannot resolve or route to the host");
+      return nullptr;
+    }
+    addr = fmt::format("{}:{}", self, server_->port());
+    link = launch_ssh_daemon(io_, host, daemon_path_, opts_.log_level, opts_.ssh, daemon_events());
   }
-  auto link = launch_local_daemon(io_, host, daemon_path_, opts_.log_level, daemon_events());
-  if (!link) {
-    finish(exit_code::kLaunchFailed, fmt::format("starting daemon on '{}': {}", host, link.error()));
-    return nullptr;
-  }
-  (*link)->send(msg::Config{wire::Bytes(secret_.begin(), secret_.end()), rendezvous_addr_, host, cwd_});
-  DaemonLink* raw = link->get();
-  daemons_[host] = std::move(*link);
+  link->send(msg::Config{wire::Bytes(secret_.begin(), secret_.end()), addr, host, cwd_});
+  DaemonLink* raw = link.get();
+  daemons_[host] = std::move(link);
   return raw;
 }
 
@@ -212,8 +224,13 @@ void Job::on_exited(const std::string& host, const msg::Exited& e) {
 
 void Job::on_daemon_closed(const std::string& host, bool clean, const std::string& why) {
   if (exit_code_ >= 0 || clean) return maybe_done();
-  if (!opts_.elastic) return finish(exit_code::kWorkerFailed, fmt::format("lost the daemon on host '{}': {}", host, why));
-  on_worker_failed({host, -1}, "lost its daemon: " + why);
+  auto it = daemons_.find(host);
+  bool started = it != daemons_.end() && it->second->ready();
+  if (!opts_.elastic) {
+    if (!started) return finish(exit_code::kLaunchFailed, fmt::format("starting daemon on '{}': {}", host, why));
+    return finish(exit_code::kWorkerFailed, fmt::format("lost the daemon on host '{}': {}", host, why));
+  }
+  on_worker_failed({host, -1}, started ? "lost its daemon: " + why : "could not start its daemon: " + why);
 }
 
 void Job::finish(int code, const std::string& message) {

@@ -26,6 +26,12 @@ po::options_description describe() {
       ("daemon-path", po::value<std::string>(), "path of elasticrund (default: beside elasticrun, then PATH)")
       ("env,x", po::value<std::vector<std::string>>(), "pass VAR (from this environment) or VAR=VALUE to the workers; repeatable")
       ("log-level", po::value<std::string>(), "error|warn|info|debug, or per component: warn,rendezvous=debug")
+      ("ssh-port,p", po::value<int>(), "SSH port of remote hosts (default: ssh config, then 22)")
+      ("ssh-identity-file,i", po::value<std::string>(), "SSH private key (default: $ELASTICRUN_SSH_KEY, else agent and default keys)")
+      ("ssh-known-hosts", po::value<std::string>(), "known_hosts file (default: $ELASTICRUN_SSH_KNOWN_HOSTS, else ~/.ssh/known_hosts)")
+      ("ssh-config", po::value<std::string>(), "ssh config file (default: $ELASTICRUN_SSH_CONFIG, else ~/.ssh/config)")
+      ("ssh-host-key-checking", po::value<std::string>()->default_value("yes"), "yes|accept-new|no: unknown host keys are refused, recorded, or accepted; a changed key is always refused")
+      ("ssh-connect-timeout", po::value<double>()->default_value(10.0), "seconds to connect and authenticate to a remote host")
       ("events", po::value<std::string>(), "append JSON lines describing the job's events to FILE")
       ("min-np", po::value<int>(), "elastic: fewest workers to keep training with (default: -np)")
       ("max-np", po::value<int>(), "elastic: most workers to run (default: every slot offered)")
@@ -113,6 +119,29 @@ Result<void> parse_elastic(const po::variables_map& vm, Options& o) {
   return {};
 }
 
+std::string flag_or_env(const po::variables_map& vm, const char* flag, const char* env) {
+  if (vm.count(flag)) return vm[flag].as<std::string>();
+  const char* v = std::getenv(env);
+  return v ? v : "";
+}
+
+Result<void> parse_ssh(const po::variables_map& vm, SshOptions& s) {
+  if (vm.count("ssh-port") && ((s.port = vm["ssh-port"].as<int>()) < 1 || s.port > 65535))
+    return fail(fmt::format("--ssh-port {} out of range 1..65535", s.port));
+  s.identity_file = flag_or_env(vm, "ssh-identity-file", "ELASTICRUN_SSH_KEY");
+  s.known_hosts = flag_or_env(vm, "ssh-known-hosts", "ELASTICRUN_SSH_KNOWN_HOSTS");
+  s.config_file = flag_or_env(vm, "ssh-config", "ELASTICRUN_SSH_CONFIG");
+  std::string check = vm["ssh-host-key-checking"].as<std::string>();
+  if (check == "yes") s.host_key_check = HostKeyCheck::yes;
+  else if (check == "accept-new") s.host_key_check = HostKeyCheck::accept_new;
+  else if (check == "no") s.host_key_check = HostKeyCheck::no;
+  else return fail(fmt::format("--ssh-host-key-checking '{}': expected yes, accept-new or no", check));
+  auto t = seconds(vm, "ssh-connect-timeout");
+  if (!t) return Failure{t.error()};
+  s.connect_timeout = *t;
+  return {};
+}
+
 }  // namespace
 
 std::string usage() {
@@ -165,6 +194,7 @@ Result<ParseOutcome> parse_options(int argc, const char* const* argv) {
     if (o.np < 1) return fail(fmt::format("-np {}: need at least one process", o.np));
   }
   if (auto ok = parse_elastic(vm, o); !ok) return Failure{ok.error()};
+  if (auto ok = parse_ssh(vm, o.ssh); !ok) return Failure{ok.error()};
   if (vm.count("hosts") && vm.count("hostfile")) return fail("give -H or --hostfile, not both");
   if (!o.discovery_script.empty() && (vm.count("hosts") || vm.count("hostfile")))
     return fail("give --host-discovery-script or -H/--hostfile, not both");

@@ -2,6 +2,7 @@
 // and help; `--help` and man/elasticrun.1 describe the same set.
 #pragma once
 
+#include "cmd/ssh_daemon.h"
 #include "common/result.h"
 #include "discovery/hosts.h"
 
@@ -34,6 +35,8 @@ struct Options {
   int reset_limit = 0;  // 0: unlimited
   std::optional<std::pair<std::chrono::milliseconds, std::chrono::milliseconds>> blacklist_cooldown;
   std::string events_file;
+
+  SshOptions ssh;  // for hosts that are not this machine
 };
 
 // What parse() decided: run a job, or print something and exit.

@@ -56,4 +56,25 @@ bool is_local_host(const std::string& full) {
   return all_local;
 }
 
+std::string local_address_towards(const std::string& full) {
+  std::string name = full.substr(full.find('@') == std::string::npos ? 0 : full.find('@') + 1);
+  if (name.size() > 2 && name.front() == '[' && name.back() == ']') name = name.substr(1, name.size() - 2);
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* res = nullptr;
+  if (::getaddrinfo(name.c_str(), "9", &hints, &res) != 0 || !res) return "";
+  std::string out;
+  int fd = ::socket(res->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  sockaddr_storage local{};
+  socklen_t len = sizeof local;
+  if (fd >= 0 && ::connect(fd, res->ai_addr, res->ai_addrlen) == 0 &&
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0)
+    out = addr_key(reinterpret_cast<sockaddr*>(&local));
+  if (fd >= 0) ::close(fd);
+  ::freeaddrinfo(res);
+  if (out.find(':') != std::string::npos) out = "[" + out + "]";
+  return out;
+}
+
 }  // namespace elasticrun::discovery

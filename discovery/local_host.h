@@ -9,4 +9,9 @@ namespace elasticrun::discovery {
 // to a local interface. "user@host" is judged by its host part.
 bool is_local_host(const std::string& name);
 
+// The address of this machine that traffic to `name` leaves from (what the kernel's
+// routing picks; nothing is sent), so that a remote host can reach back to us. Empty
+// if `name` cannot be resolved or routed.
+std::string local_address_towards(const std::string& name);
+
 }  // namespace elasticrun::discovery

@@ -89,7 +89,8 @@ def test_worker_environment_and_x_flag(job):
     (["-np", "2"], 2, "no command given"),
     (["-np", "1", "./no-such-program"], 3, "'./no-such-program': no such file"),
     (["-np", "1", "no-such-program-in-path"], 3, "command not found in PATH"),
-    (["-np", "1", "-H", "192.0.2.1:1", "true"], 3, "host '192.0.2.1' is not this machine"),
+    (["-np", "1", "--ssh-host-key-checking", "maybe", "true"], 2, "expected yes, accept-new or no"),
+    (["-np", "1", "--ssh-port", "70000", "true"], 2, "--ssh-port 70000 out of range"),
 ])
 def test_bad_input(job, args, code, message):
     r = job.run(args)
