@@ -102,6 +102,9 @@ Result<Session> SshDaemon::connect() {
     user = target.substr(0, at);
     target = target.substr(at + 1);
   }
+  // libssh logs to stderr on its own; our messages carry its errors when they matter.
+  int quiet = log::enabled(log::Component::driver, log::Level::debug) ? SSH_LOG_WARNING : SSH_LOG_NOLOG;
+  ssh_options_set(s.get(), SSH_OPTIONS_LOG_VERBOSITY, &quiet);
   ssh_options_set(s.get(), SSH_OPTIONS_HOST, target.c_str());
   // The user's ssh config first, so that explicit flags set after it win.
   if (ssh_options_parse_config(s.get(), opts_.config_file.empty() ? nullptr : opts_.config_file.c_str()) < 0)

@@ -104,7 +104,10 @@ void ProcessLauncher::reap() {
 
 Result<int> ProcessLauncher::spawn(const WorkerSpec& spec) {
   if (spec.argv.empty()) return fail("empty command");
-  auto exe = resolve_executable(spec.argv[0], spec.env);
+  // A relative program path is relative to the worker's directory, not the daemon's.
+  std::string program = spec.argv[0];
+  if (program.find('/') != std::string::npos && program[0] != '/' && !spec.cwd.empty()) program = spec.cwd + "/" + program;
+  auto exe = resolve_executable(program, spec.env);
   if (!exe) return Failure{exe.error()};
   auto w = std::make_unique<Worker>();
   w->slot = spec.slot;

@@ -91,5 +91,9 @@ def job():
         except ProcessLookupError:
             pass
     assert not left, f"processes left behind by the job: {left}"
+    # Daemons remove a worker's segments right after reaping it: give them the same bound.
     leaked = shm_entries() - shm_before
+    while leaked and time.monotonic() < deadline + 2:
+        time.sleep(0.05)
+        leaked = shm_entries() - shm_before
     assert not leaked, f"shared-memory segments left in /dev/shm: {sorted(leaked)}"
