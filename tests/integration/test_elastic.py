@@ -14,6 +14,15 @@ from test_launch import argv0, wait_for_workers
 HOSTS3 = "localhost:2,127.0.0.2:1,127.0.0.3:1"
 
 
+def discovery(tmp_path, lines):
+    hosts = tmp_path / "hosts"
+    hosts.write_text("".join(l + "\n" for l in lines))
+    script = tmp_path / "discover.sh"
+    script.write_text(f"#!/bin/sh\ncat {hosts}\n")
+    script.chmod(0o755)
+    return hosts, script
+
+
 def first(events, name, **match):
     for e in events:
         if e["event"] == name and all(e.get(k) == v for k, v in match.items()):
@@ -96,11 +105,7 @@ def test_killed_daemon_fails_its_host_only(job, tmp_path):
 
 
 def test_reset_limit_exceeded_fails_the_job(job, tmp_path):
-    hosts = tmp_path / "hosts"
-    hosts.write_text("localhost:1\n127.0.0.2:1\n127.0.0.3:1\n")
-    script = tmp_path / "discover.sh"
-    script.write_text(f"#!/bin/sh\ncat {hosts}\n")
-    script.chmod(0o755)
+    hosts, script = discovery(tmp_path, ["localhost:1", "127.0.0.2:1", "127.0.0.3:1"])
     p = job.start(["-np", 3, "--min-np", 1, "--host-discovery-script", script, "--discovery-interval", 0.2,
                    "--reset-limit", 1, TESTPROG, "--elastic", "--allreduce-seconds", 30])
     wait_for_workers(job, 3)
@@ -110,15 +115,6 @@ def test_reset_limit_exceeded_fails_the_job(job, tmp_path):
     out, err = p.communicate(timeout=30)
     assert p.returncode == 1, err
     assert "reset limit 1 reached" in err
-
-
-def discovery(tmp_path, lines):
-    hosts = tmp_path / "hosts"
-    hosts.write_text("".join(l + "\n" for l in lines))
-    script = tmp_path / "discover.sh"
-    script.write_text(f"#!/bin/sh\ncat {hosts}\n")
-    script.chmod(0o755)
-    return hosts, script
 
 
 def test_host_added_by_discovery_joins_without_restarting_anyone(job, tmp_path):

@@ -12,9 +12,8 @@ from pathlib import Path
 import pytest
 
 from conftest import EXAMPLES
-from test_elastic import epochs, recovery_seconds
-from test_launch import wait_for_workers as _unused  # noqa: F401  (same module family)
 from conftest import our_processes
+from test_elastic import discovery, epochs, recovery_seconds
 
 SGD = EXAMPLES / "elastic_sgd"
 ARGS = ["--steps", 120, "--dim", 64, "--batch", 48, "--commit-every", 5]
@@ -127,11 +126,7 @@ def test_sigstopped_worker_keeps_the_invariant(job, tmp_path):
 
 
 def test_hosts_added_and_removed_keep_the_invariant(job, tmp_path):
-    hosts = tmp_path / "hosts"
-    hosts.write_text("localhost:1\n127.0.0.2:1\n")
-    script = tmp_path / "discover.sh"
-    script.write_text(f"#!/bin/sh\ncat {hosts}\n")
-    script.chmod(0o755)
+    hosts, script = discovery(tmp_path, ["localhost:1", "127.0.0.2:1"])
     ev = tmp_path / "events"
     p = job.start(["--min-np", 2, "--host-discovery-script", script, "--discovery-interval", 0.1, "--events", ev,
                    SGD, *ARGS, "--step-ms", 15])
