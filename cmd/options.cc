@@ -66,6 +66,9 @@ Result<std::size_t> find_command(const po::options_description& d, int argc, con
       name = name.substr(0, eq);
       inline_value = true;
     }
+    // "--=x": program_options matches an empty name with every option that has no short
+    // form and throws ambiguous_option from find_nothrow().
+    if (name.empty()) return fail(fmt::format("unknown option '{}'", a));
     // mpirun-style single-dash long options (-np) are accepted as long ones.
     const po::option_description* o = is_long || name.size() > 1 ? d.find_nothrow(name, false, false, false)
                                                                   : nullptr;
@@ -170,6 +173,13 @@ Result<ParseOutcome> parse_options(int argc, const char* const* argv) {
                   .run(),
               vm);
     po::notify(vm);
+  } catch (const po::error_with_option_name& e) {
+    // Boost 1.74's what() substitutes "%value%" (and friends) in a loop that never ends
+    // when the user's text itself contains the placeholder: "--np %value%" hangs. Only
+    // text with a '%' can do that; give those a message without the value.
+    bool percent = std::any_of(head.begin(), head.end(), [](const std::string& s) { return s.find('%') != std::string::npos; });
+    if (percent) return fail(fmt::format("invalid option or value for '{}'", e.get_option_name()));
+    return fail(e.what());
   } catch (const po::error& e) {
     return fail(e.what());
   }
