@@ -32,11 +32,6 @@ void tune(ucp_config_t* cfg, const char* name, const std::string& value) {
   if (st != UCS_OK) throw_ucs("ucp_config_modify " + env + "=" + value, st);
 }
 
-long xenv(const char* name, long dflt) {  // EXPERIMENT ONLY
-  const char* v = std::getenv(name);
-  return v && *v ? std::atol(v) : dflt;
-}
-
 // Owns a ucp_config_t for the duration of ucp_init.
 struct ConfigGuard {
   ucp_config_t* cfg = nullptr;
@@ -53,10 +48,13 @@ UcxTransport::UcxTransport(const Options& opts, std::shared_ptr<Store> store, st
   ConfigGuard config;
   ucs_status_t st = ucp_config_read(nullptr, nullptr, &config.cfg);
   if (st != UCS_OK) throw_ucs("ucp_config_read", st);
-  if (const char* v = std::getenv("ELASTICRUN_X_RNDV")) tune(config.cfg, "RNDV_THRESH", v);
-  if (const char* v = std::getenv("ELASTICRUN_X_TLS")) tune(config.cfg, "TLS", v);
-  spin_window_ = std::chrono::microseconds(xenv("ELASTICRUN_X_SPIN_US", 0));
-  opts_.yield_window = std::chrono::microseconds(xenv("ELASTICRUN_X_YIELD_US", opts_.yield_window.count()));
+  // Eager (copy through the shared-memory FIFO) below 256 KiB instead of UCX's
+  // automatic switch to rendezvous at ~8-16 KiB: a rendezvous costs a handshake
+  // and a process_vm_readv with page pinning per message, and with oversubscribed
+  // ranks every handshake waits for the peer to be scheduled. Measured (bench/RESULTS.md):
+  // 4 ranks 64 KiB-2 MiB 1.1-2x faster; 2 ranks 64-128 KiB 1.3-1.7x. Ring chunks of
+  // 256 KiB (large messages) still use the single-copy rendezvous, which wins there.
+  tune(config.cfg, "RNDV_THRESH", "256K");
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED |
                       UCP_PARAM_FIELD_ESTIMATED_NUM_EPS | UCP_PARAM_FIELD_ESTIMATED_NUM_PPN |
@@ -161,7 +159,7 @@ Transport::Request UcxTransport::track(ucs_status_ptr_t p, int peer, bool recv, 
   if (UCS_PTR_IS_ERR(p))
     throw WorkersFailed(std::string(what) + " rank " + std::to_string(peer) + ": " +
                         ucs_status_string(UCS_PTR_STATUS(p)));
-  live_.insert(p);
+  live_.push_back(p);
   return {p, peer, recv};
 }
 
@@ -188,7 +186,7 @@ bool UcxTransport::reap(Request& r, const char* what) {
   ucs_status_t st = ucp_request_check_status(r.handle);
   if (st == UCS_INPROGRESS) return false;
   ucp_request_free(r.handle);
-  live_.erase(r.handle);
+  forget(r.handle);
   r.handle = nullptr;
   if (st == UCS_OK) return true;
   cancel_all();
@@ -197,6 +195,15 @@ bool UcxTransport::reap(Request& r, const char* what) {
   if (st == UCS_ERR_MESSAGE_TRUNCATED) throw ProtocolError(msg + " (peer sent more than expected)");
   if (abort_->raised()) abort_->throw_error();
   throw WorkersFailed(msg);
+}
+
+// Requests complete roughly in the order they were posted, so the search is short;
+// a vector avoids a node allocation per message on the small-message path.
+void UcxTransport::forget(void* handle) {
+  auto it = std::find(live_.begin(), live_.end(), handle);
+  if (it == live_.end()) return;
+  *it = live_.back();
+  live_.pop_back();
 }
 
 void UcxTransport::wait(std::span<Request> reqs, Clock::time_point deadline, const char* what) {
@@ -225,8 +232,7 @@ void UcxTransport::wait(std::span<Request> reqs, Clock::time_point deadline, con
 void UcxTransport::idle(Clock::time_point& idle_since, Clock::time_point deadline) {
   auto now = Clock::now();
   if (idle_since == Clock::time_point{}) idle_since = now;
-  if (now - idle_since < spin_window_) return;
-  if (now - idle_since < spin_window_ + opts_.yield_window) {
+  if (now - idle_since < opts_.yield_window) {
     sched_yield();
     return;
   }
