@@ -2,6 +2,7 @@
 real discovery script, on loopback "hosts". Each test bounds the time to recover and, via
 the job fixture, checks that no process or shared-memory segment is left behind."""
 import os
+import re
 import signal
 import time
 from pathlib import Path
@@ -99,7 +100,8 @@ def test_killed_daemon_fails_its_host_only(job, tmp_path):
     os.kill(ppid, signal.SIGKILL)
     out, err = p.communicate(timeout=60)
     assert p.returncode == 0, err
-    assert "blacklisting host '127.0.0.2'" in err
+    # Whichever the driver notices first: the worker's lost connection or the daemon's.
+    assert re.search(r"blacklisting host '127\.0\.0\.2'|host '127\.0\.0\.2' lost its daemon.*blacklisting it", err), err
     assert out.count("done after") == 2
     assert [x["size"] for x in epochs(job.events(ev))] == [3, 2]
 
