@@ -2,12 +2,12 @@
 
 #include "cmd/exit_codes.h"
 #include "common/env.h"
+#include "common/executable.h"
 #include "common/log.h"
 #include "cmd/ssh_daemon.h"
 #include "discovery/local_host.h"
 
 #include <fmt/format.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <climits>
@@ -20,11 +20,6 @@ namespace elasticrun::cmd {
 namespace asio = boost::asio;
 
 namespace {
-
-bool executable_file(const std::string& p) {
-  struct stat st {};
-  return ::stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(p.c_str(), X_OK) == 0;
-}
 
 std::string describe_exit(const msg::Exited& e) {
   if (e.signal != 0) {
@@ -53,23 +48,16 @@ Job::~Job() = default;
 
 Result<std::string> Job::daemon_path() const {
   if (!opts_.daemon_path.empty()) {
-    if (!executable_file(opts_.daemon_path))
-      return fail(fmt::format("--daemon-path '{}' is not an executable file", opts_.daemon_path));
+    if (auto p = find_executable(opts_.daemon_path, ""); !p)
+      return fail(fmt::format("--daemon-path: {}", p.error()));
     return opts_.daemon_path;
   }
   std::error_code ec;
   auto self = std::filesystem::read_symlink("/proc/self/exe", ec).parent_path();
   for (auto cand : {self / "elasticrund", self / "../daemon/elasticrund", self / "../sbin/elasticrund"})
-    if (executable_file(cand.string())) return std::filesystem::weakly_canonical(cand, ec).string();
-  if (const char* path = std::getenv("PATH")) {
-    std::string p = path;
-    for (std::size_t s = 0, c; s <= p.size(); s = c + 1) {
-      c = p.find(':', s);
-      if (c == std::string::npos) c = p.size();
-      std::string cand = p.substr(s, c - s) + "/elasticrund";
-      if (executable_file(cand)) return cand;
-    }
-  }
+    if (find_executable(cand.string(), "")) return std::filesystem::weakly_canonical(cand, ec).string();
+  const char* path = std::getenv("PATH");
+  if (auto p = find_executable("elasticrund", path ? path : ""); p) return p;
   return fail("cannot find elasticrund beside elasticrun or in PATH (use --daemon-path)");
 }
 

@@ -1,6 +1,7 @@
 // Launcher over Boost.Process: async pipes for output, our own SIGCHLD reaping.
 #include "daemon/launcher.h"
 
+#include "common/executable.h"
 #include "common/log.h"
 
 #include <boost/asio.hpp>
@@ -8,7 +9,6 @@
 #include <boost/process/extend.hpp>
 
 #include <sys/prctl.h>
-#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -186,27 +186,10 @@ void ProcessLauncher::maybe_finish(int pid) {
 }  // namespace
 
 Result<std::string> resolve_executable(const std::string& program, const std::vector<std::string>& env) {
-  auto check = [](const std::string& path) -> Result<std::string> {
-    struct stat st {};
-    if (::stat(path.c_str(), &st) != 0) return fail("'" + path + "': no such file");
-    if (!S_ISREG(st.st_mode)) return fail("'" + path + "' is not a regular file");
-    if ((st.st_mode & 0111) == 0 || ::access(path.c_str(), X_OK) != 0) return fail("'" + path + "' is not executable");
-    return path;
-  };
-  if (program.find('/') != std::string::npos) return check(program);
   std::string path = "/usr/local/bin:/usr/bin:/bin";
   for (const auto& kv : env)
     if (kv.rfind("PATH=", 0) == 0) path = kv.substr(5);
-  std::size_t start = 0;
-  while (start <= path.size()) {
-    std::size_t colon = path.find(':', start);
-    std::string dir = path.substr(start, colon == std::string::npos ? std::string::npos : colon - start);
-    if (dir.empty()) dir = ".";
-    if (auto r = check(dir + "/" + program); r) return r;
-    if (colon == std::string::npos) break;
-    start = colon + 1;
-  }
-  return fail("'" + program + "': command not found in PATH");
+  return find_executable(program, path);
 }
 
 std::unique_ptr<Launcher> make_process_launcher(asio::io_context& io, WorkerEvents events) {

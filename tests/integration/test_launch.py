@@ -91,7 +91,9 @@ def test_worker_environment_and_x_flag(job):
     (["-np", "1", "no-such-program-in-path"], 3, "command not found in PATH"),
     (["-np", "1", "--ssh-host-key-checking", "maybe", "true"], 2, "expected yes, accept-new or no"),
     (["-np", "1", "--ssh-port", "70000", "true"], 2, "--ssh-port 70000 out of range"),
-    (["--=x", "true"], 2, "unknown option '--=x'"),        # found by options_fuzz (crashed)
+    (["--=x", "true"], 2, "unknown option '--=x'"),
+    (["-np", "1", "--daemon-path", "/nonexistent/elasticrund", "true"], 3,
+     "--daemon-path: '/nonexistent/elasticrund': no such file"),        # found by options_fuzz (crashed)
     (["--np", "%value%", "true"], 2, "invalid option or value for '--np'"),  # found by options_fuzz (hung)
 ])
 def test_bad_input(job, args, code, message):
