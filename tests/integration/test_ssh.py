@@ -33,11 +33,16 @@ def cluster():
 
 
 HOSTS = ["10.77.0.11", "10.77.0.12", "10.77.0.13"]
+# The namespace "hosts" share one kernel, /dev/shm and the PID space but not the network,
+# which real hosts never do; UCX's shared-memory and CMA transports would then connect
+# some pairs across "hosts" and TCP others. Cross-host traffic goes over TCP, as it would
+# between machines.
+UCX_ACROSS_HOSTS = ["-x", "UCX_TLS=tcp,self"]
 
 
 def run(job, cluster, args, timeout=120, extra=None):
     _, env = cluster
-    return job.run(["-x", "ER_TEST_TAG", *args], timeout=timeout, env={**env, **(extra or {})})
+    return job.run(["-x", "ER_TEST_TAG", *UCX_ACROSS_HOSTS, *args], timeout=timeout, env={**env, **(extra or {})})
 
 
 def test_topology_across_hosts_with_uneven_slots(job, cluster):
@@ -99,7 +104,7 @@ def test_remote_worker_killed_keeps_the_invariant(job, cluster):
 
 def test_killing_the_driver_stops_every_remote_daemon_and_worker(job, cluster):
     _, env = cluster
-    p = job.start(["-x", "ER_TEST_TAG", "-np", 3, "-H", ",".join(h + ":1" for h in HOSTS), TESTPROG, "--init",
+    p = job.start(["-x", "ER_TEST_TAG", *UCX_ACROSS_HOSTS, "-np", 3, "-H", ",".join(h + ":1" for h in HOSTS), TESTPROG, "--init",
                    "--sleep", 120], env=env)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
