@@ -51,6 +51,13 @@ Result<void> add_unique(std::vector<Host>& hosts, std::set<std::string>& seen, H
 
 }  // namespace
 
+std::string_view next_line(std::string_view& text) {
+  std::size_t nl = text.find('\n');
+  std::string_view line = text.substr(0, nl);
+  text = nl == std::string_view::npos ? std::string_view{} : text.substr(nl + 1);
+  return line;
+}
+
 bool valid_host_name(std::string_view name) {
   if (name.empty() || name.size() > 255) return false;
   for (char c : name) {
@@ -82,9 +89,7 @@ Result<std::vector<Host>> parse_hostfile(std::string_view text, int default_slot
   std::set<std::string> seen;
   int lineno = 0;
   while (!text.empty()) {
-    std::size_t nl = text.find('\n');
-    std::string_view line = text.substr(0, nl);
-    text = nl == std::string_view::npos ? std::string_view{} : text.substr(nl + 1);
+    std::string_view line = next_line(text);
     ++lineno;
     if (auto hash = line.find('#'); hash != std::string_view::npos) line = line.substr(0, hash);
     line = trim(line);

@@ -25,6 +25,8 @@ Result<std::vector<Host>> parse_host_list(std::string_view list, int default_slo
 // Lines "host", "host slots=N", "host:N"; '#' comments and blank lines ignored.
 Result<std::vector<Host>> parse_hostfile(std::string_view text, int default_slots);
 Result<std::vector<Host>> read_hostfile(const std::string& path, int default_slots);
+// Takes the next line (without its '\n') off the front of `text`.
+std::string_view next_line(std::string_view& text);
 // A host name as the driver will use it: letters, digits, '.', '-', '_', ':' (IPv6 in []).
 bool valid_host_name(std::string_view name);
 

@@ -49,9 +49,7 @@ Result<ScriptHosts> parse_script_output(std::string_view text, int default_slots
   std::map<std::string, std::size_t, std::less<>> index;  // name -> position in out.hosts
   int lineno = 0;
   while (!text.empty()) {
-    std::size_t nl = text.find('\n');
-    std::string_view line = text.substr(0, nl);
-    text = nl == std::string_view::npos ? std::string_view{} : text.substr(nl + 1);
+    std::string_view line = next_line(text);
     ++lineno;
     auto parsed = parse_line(line, default_slots);
     if (!parsed) return fail(fmt::format("line {}: {}", lineno, parsed.error()));
