@@ -28,14 +28,18 @@ bool DaemonLink::on_bytes(std::span<const std::uint8_t> data) {
     report_closed("bad control stream from daemon: " + ok.error());
     return false;
   }
-  while (parser_.has_frame() && !closed_) {
-    Frame f = parser_.pop();
-    try {
-      dispatch(f);
-    } catch (const wire::DecodeError& e) {
-      report_closed(std::string("malformed ") + msg::type_name(f.type) + " frame from daemon: " + e.what());
-      return false;
-    }
+  while (parser_.has_frame() && !closed_)
+    if (!on_frame(parser_.pop())) return false;
+  return !closed_;
+}
+
+bool DaemonLink::on_frame(const Frame& f) {
+  if (closed_) return false;
+  try {
+    dispatch(f);
+  } catch (const wire::DecodeError& e) {
+    report_closed(std::string("malformed ") + msg::type_name(f.type) + " frame from daemon: " + e.what());
+    return false;
   }
   return !closed_;
 }

@@ -2,7 +2,7 @@
 //
 // DaemonLink turns the daemon's byte stream into events; subclasses own the
 // transport: a local child process on pipes (LocalDaemon, here), an SSH channel or a
-// TCP connection to a systemd daemon (later). Closing the link makes the daemon
+// TCP connection to a systemd daemon (tcp_daemon.h). Closing the link makes the daemon
 // kill its workers and exit.
 #pragma once
 
@@ -48,6 +48,8 @@ class DaemonLink {
  protected:
   // Feed bytes read from the daemon. Returns false (and reports) on a bad stream.
   bool on_bytes(std::span<const std::uint8_t> data);
+  // Or whole frames, for a transport that parses them itself.
+  bool on_frame(const Frame& f);
   void report_closed(const std::string& why);
   bool shutting_down_ = false;
 

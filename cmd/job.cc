@@ -5,6 +5,7 @@
 #include "common/executable.h"
 #include "common/log.h"
 #include "cmd/ssh_daemon.h"
+#include "cmd/tcp_daemon.h"
 #include "discovery/local_host.h"
 
 #include <fmt/format.h>
@@ -68,9 +69,15 @@ Result<void> Job::start() {
   // server over the network; a job on this machine alone keeps it on loopback.
   bool remote = !opts_.discovery_script.empty();
   for (const auto& h : opts_.hosts) remote = remote || !discovery::is_local_host(h.name);
-  auto dpath = daemon_path();
-  if (!dpath) return Failure{dpath.error()};
-  daemon_path_ = *dpath;
+  if (opts_.daemon_port > 0) {
+    auto s = auth::read_secret_file(opts_.daemon_secret_file);
+    if (!s) return fail(s.error() + " (--daemon-secret-file)");
+    cluster_secret_ = *s;
+  } else {
+    auto dpath = daemon_path();
+    if (!dpath) return Failure{dpath.error()};
+    daemon_path_ = *dpath;
+  }
   char cwd[PATH_MAX] = {};
   if (!::getcwd(cwd, sizeof cwd)) return fail("cannot read the working directory");
   cwd_ = cwd;
@@ -120,14 +127,8 @@ DaemonLink* Job::ensure_daemon(const std::string& host) {
   if (it != daemons_.end() && !it->second->closed()) return it->second.get();
   std::unique_ptr<DaemonLink> link;
   std::string addr = rendezvous_addr_;
-  if (discovery::is_local_host(host)) {
-    auto local = launch_local_daemon(io_, host, daemon_path_, opts_.log_level, daemon_events());
-    if (!local) {
-      finish(exit_code::kLaunchFailed, fmt::format("starting daemon on '{}': {}", host, local.error()));
-      return nullptr;
-    }
-    link = std::move(*local);
-  } else {
+  bool local = discovery::is_local_host(host);
+  if (!local) {
     // The remote workers reach us at the address our traffic to that host leaves from.
     std::string self = discovery::local_address_towards(host);
     if (self.empty()) {
@@ -135,6 +136,18 @@ DaemonLink* Job::ensure_daemon(const std::string& host) {
       return nullptr;
     }
     addr = fmt::format("{}:{}", self, server_->port());
+  }
+  if (cluster_secret_) {
+    link = connect_daemon(io_, host, static_cast<std::uint16_t>(opts_.daemon_port), *cluster_secret_,
+                          opts_.ssh.connect_timeout, daemon_events());
+  } else if (local) {
+    auto started = launch_local_daemon(io_, host, daemon_path_, opts_.log_level, daemon_events());
+    if (!started) {
+      finish(exit_code::kLaunchFailed, fmt::format("starting daemon on '{}': {}", host, started.error()));
+      return nullptr;
+    }
+    link = std::move(*started);
+  } else {
     link = launch_ssh_daemon(io_, host, daemon_path_, opts_.log_level, opts_.ssh, daemon_events());
   }
   link->send(msg::Config{wire::Bytes(secret_.begin(), secret_.end()), addr, host, cwd_});

@@ -75,6 +75,7 @@ class Job {
   Options opts_;
   boost::asio::io_context io_;
   auth::Secret secret_;
+  std::optional<auth::Secret> cluster_secret_;  // with --daemon-port
   std::string daemon_path_, rendezvous_addr_, cwd_;
   std::unique_ptr<rendezvous::Server> server_;
   rendezvous::Membership membership_;

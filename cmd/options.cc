@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cstdlib>
 #include <sstream>
 
@@ -32,6 +33,8 @@ po::options_description describe() {
       ("ssh-config", po::value<std::string>(), "ssh config file (default: $ELASTICRUN_SSH_CONFIG, else ~/.ssh/config)")
       ("ssh-host-key-checking", po::value<std::string>()->default_value("yes"), "yes|accept-new|no: unknown host keys are refused, recorded, or accepted; a changed key is always refused")
       ("ssh-connect-timeout", po::value<double>()->default_value(10.0), "seconds to connect and authenticate to a remote host")
+      ("daemon-port", po::value<int>(), "use the elasticrund --listen already running on every host at this TCP port (default: $ELASTICRUN_DAEMON_PORT; else start daemons locally or over SSH)")
+      ("daemon-secret-file", po::value<std::string>(), "cluster secret shared with those daemons (default: $ELASTICRUN_DAEMON_SECRET_FILE, else /etc/elasticrun/secret)")
       ("events", po::value<std::string>(), "append JSON lines describing the job's events to FILE")
       ("min-np", po::value<int>(), "elastic: fewest workers to keep training with (default: -np)")
       ("max-np", po::value<int>(), "elastic: most workers to run (default: every slot offered)")
@@ -145,6 +148,22 @@ Result<void> parse_ssh(const po::variables_map& vm, SshOptions& s) {
   return {};
 }
 
+Result<void> parse_daemon(const po::variables_map& vm, Options& o) {
+  std::string port;
+  if (vm.count("daemon-port")) port = std::to_string(vm["daemon-port"].as<int>());
+  else if (const char* p = std::getenv("ELASTICRUN_DAEMON_PORT"); p && *p) port = p;
+  if (!port.empty()) {
+    int v = 0;
+    auto [end, ec] = std::from_chars(port.data(), port.data() + port.size(), v);
+    if (ec != std::errc() || end != port.data() + port.size() || v < 1 || v > 65535)
+      return fail(fmt::format("--daemon-port '{}' out of range 1..65535", port));
+    o.daemon_port = v;
+  }
+  o.daemon_secret_file = flag_or_env(vm, "daemon-secret-file", "ELASTICRUN_DAEMON_SECRET_FILE");
+  if (o.daemon_secret_file.empty()) o.daemon_secret_file = "/etc/elasticrun/secret";
+  return {};
+}
+
 }  // namespace
 
 std::string usage() {
@@ -205,6 +224,7 @@ Result<ParseOutcome> parse_options(int argc, const char* const* argv) {
   }
   if (auto ok = parse_elastic(vm, o); !ok) return Failure{ok.error()};
   if (auto ok = parse_ssh(vm, o.ssh); !ok) return Failure{ok.error()};
+  if (auto ok = parse_daemon(vm, o); !ok) return Failure{ok.error()};
   if (vm.count("hosts") && vm.count("hostfile")) return fail("give -H or --hostfile, not both");
   if (!o.discovery_script.empty() && (vm.count("hosts") || vm.count("hostfile")))
     return fail("give --host-discovery-script or -H/--hostfile, not both");

@@ -37,6 +37,11 @@ struct Options {
   std::string events_file;
 
   SshOptions ssh;  // for hosts that are not this machine
+
+  // Reach every host's long-running `elasticrund --listen` on this port instead of
+  // starting a daemon (locally or over SSH); 0: start one.
+  int daemon_port = 0;
+  std::string daemon_secret_file;  // the cluster secret for daemon_port
 };
 
 // What parse() decided: run a job, or print something and exit.

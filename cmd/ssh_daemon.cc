@@ -1,13 +1,11 @@
 #include "cmd/ssh_daemon.h"
 
 #include "common/log.h"
+#include "common/socket_options.h"
 
 #include <boost/asio.hpp>
 #include <fmt/format.h>
 #include <libssh/libssh.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <sys/socket.h>
 
 #include <atomic>
 #include <deque>
@@ -41,14 +39,6 @@ std::string quote(const std::string& s) {
   return out + "'";
 }
 
-// Dead peers on a silent connection are noticed by TCP keep-alives within ~20 s.
-void keep_alive(socket_t fd) {
-  int on = 1, idle = 10, intvl = 5, cnt = 2;
-  ::setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof on);
-  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
-  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof intvl);
-  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof cnt);
-}
 
 class SshDaemon final : public DaemonLink {
  public:
@@ -117,7 +107,7 @@ Result<Session> SshDaemon::connect() {
   bool no = false;
   ssh_options_set(s.get(), SSH_OPTIONS_PROCESS_CONFIG, &no);  // parsed above
   if (ssh_connect(s.get()) != SSH_OK) return fail(std::string("ssh: cannot connect: ") + ssh_get_error(s.get()));
-  keep_alive(ssh_get_fd(s.get()));
+  net::keep_alive(ssh_get_fd(s.get()));
   if (auto ok = verify_host_key(s.get()); !ok) return Failure{ok.error()};
   if (auto ok = authenticate(s.get()); !ok) return Failure{ok.error()};
   return s;

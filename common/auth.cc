@@ -5,6 +5,11 @@
 #include <openssl/hmac.h>
 #include <openssl/rand.h>
 
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
 #include <stdexcept>
 #include <vector>
 
@@ -82,6 +87,25 @@ Digest client_proof(const Secret& s, std::string_view role, const Nonce& server,
 
 Digest server_proof(const Secret& s, std::string_view role, const Nonce& server, const Nonce& client) {
   return proof(s, "er-server", role, client, server);
+}
+
+Secret wrap_pad(const Secret& cluster, std::string_view role, const Nonce& server, const Nonce& client) {
+  return proof(cluster, "er-wrap", role, server, client);
+}
+
+Result<Secret> read_secret_file(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return fail("cannot read secret file '" + path + "': " + std::strerror(errno));
+  if (!S_ISREG(st.st_mode)) return fail("secret file '" + path + "' is not a regular file");
+  if (st.st_mode & (S_IROTH | S_IWOTH))
+    return fail("secret file '" + path + "' is accessible by other users; chmod 600 (or 640 for a group) it");
+  std::ifstream in(path);
+  if (!in) return fail("cannot read secret file '" + path + "': " + std::strerror(errno));
+  std::string text((std::istreambuf_iterator<char>(in)), {});
+  if (text.size() > 4096) return fail("secret file '" + path + "': too large for a secret");
+  auto s = secret_from_hex(text);
+  if (!s) return fail("secret file '" + path + "': " + s.error() + " (make one: openssl rand -hex 32)");
+  return s;
 }
 
 bool digest_equal(std::span<const std::uint8_t> a, std::span<const std::uint8_t> b) {

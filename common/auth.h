@@ -30,6 +30,15 @@ Result<Secret> secret_from_hex(std::string_view hex);
 Digest hmac_sha256(const Secret& key, std::span<const std::uint8_t> message);
 Digest client_proof(const Secret& s, std::string_view role, const Nonce& server, const Nonce& client);
 Digest server_proof(const Secret& s, std::string_view role, const Nonce& server, const Nonce& client);
+// One-time pad that hides a job secret inside an authenticated connection to a
+// systemd daemon: HMAC(cluster secret, "er-wrap" role server-nonce client-nonce).
+// Fresh nonces on both sides make every pad unique; XOR the job secret with it.
+Secret wrap_pad(const Secret& cluster, std::string_view role, const Nonce& server, const Nonce& client);
+
+// Reads a secret file (64 hexadecimal digits, optional trailing newline). Refuses a
+// file other users may read or write, as ssh refuses such a private key.
+Result<Secret> read_secret_file(const std::string& path);
+
 // Constant-time comparison; false when sizes differ.
 bool digest_equal(std::span<const std::uint8_t> a, std::span<const std::uint8_t> b);
 

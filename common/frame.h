@@ -42,6 +42,8 @@ class FrameParser {
   Result<void> feed(std::span<const std::uint8_t> data);
   bool has_frame() const { return !ready_.empty(); }
   Frame pop();
+  // Bytes received that do not yet make a whole frame.
+  std::size_t partial_bytes() const { return buf_.size(); }
 
  private:
   std::uint32_t max_;

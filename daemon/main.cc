@@ -2,24 +2,58 @@
 //
 //   elasticrund --stdio      control channel on stdin/stdout (started by elasticrun,
 //                            locally or over SSH); exits when the channel closes.
+//   elasticrund --listen ADDR:PORT --secret-file FILE
+//                            long-running (systemd): serves jobs from drivers that
+//                            prove the cluster secret, one job process each.
+#include "common/auth.h"
 #include "common/log.h"
 #include "common/shm_dirs.h"
+#include "daemon/job_records.h"
+#include "daemon/listener.h"
 #include "daemon/supervisor.h"
 
 #include <boost/asio.hpp>
 #include <boost/program_options.hpp>
 
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <climits>
 #include <csignal>
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 
 namespace po = boost::program_options;
 
 namespace {
 
-constexpr const char* kUsage = "usage: elasticrund --stdio [--log-level LEVEL]\n";
+constexpr const char* kUsage =
+    "usage: elasticrund --stdio [--log-level LEVEL]\n"
+    "       elasticrund --listen [ADDR:]PORT [--secret-file FILE] [--state-dir DIR] [--log-level LEVEL]\n";
+constexpr const char* kDefaultSecretFile = "/etc/elasticrun/secret";
 
-int run_stdio() {
+int usage_error(const std::string& what) {
+  std::cerr << "elasticrund: " << what << "\n" << kUsage;
+  return 2;
+}
+
+// Reads the pad a listening daemon hands its job process (see Listener).
+std::optional<elasticrun::auth::Secret> read_pad(int fd) {
+  elasticrun::auth::Secret pad{};
+  std::size_t off = 0;
+  while (off < pad.size()) {
+    ssize_t n = ::read(fd, pad.data() + off, pad.size() - off);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return std::nullopt;
+    off += static_cast<std::size_t>(n);
+  }
+  ::close(fd);
+  return pad;
+}
+
+int run_stdio(elasticrun::daemon::SupervisorOptions options) {
   // Reclaim what daemons that died before us left behind (Mesos's recover()).
   elasticrun::shm_dirs::remove_stale();
   boost::asio::io_context io;
@@ -27,10 +61,13 @@ int run_stdio() {
   // stdout is the control channel: nothing else may write there.
   int out = ::dup(STDOUT_FILENO);
   ::dup2(STDERR_FILENO, STDOUT_FILENO);
-  elasticrun::daemon::Supervisor sup(io, ::dup(STDIN_FILENO), out, [&](int code) {
-    exit_code = code;
-    io.stop();
-  });
+  elasticrun::daemon::Supervisor sup(
+      io, ::dup(STDIN_FILENO), out,
+      [&](int code) {
+        exit_code = code;
+        io.stop();
+      },
+      std::move(options));
   boost::asio::signal_set signals(io, SIGINT, SIGTERM, SIGHUP);
   signals.async_wait([&](boost::system::error_code ec, int sig) {
     if (ec) return;
@@ -40,6 +77,93 @@ int run_stdio() {
   sup.start();
   io.run();
   return exit_code;
+}
+
+// "ADDR:PORT", "[V6ADDR]:PORT", ":PORT" or "PORT".
+bool parse_listen(const std::string& spec, std::string& addr, std::uint16_t& port) {
+  std::string p = spec;
+  addr = "0.0.0.0";
+  if (auto colon = spec.rfind(':'); colon != std::string::npos) {
+    std::string a = spec.substr(0, colon);
+    if (a.size() >= 2 && a.front() == '[' && a.back() == ']') a = a.substr(1, a.size() - 2);
+    if (!a.empty()) addr = a;
+    p = spec.substr(colon + 1);
+  }
+  if (p.empty() || p.size() > 5 || p.find_first_not_of("0123456789") != std::string::npos) return false;
+  unsigned long v = std::stoul(p);
+  if (v > 65535) return false;
+  port = static_cast<std::uint16_t>(v);
+  return true;
+}
+
+std::string default_state_dir() {
+  if (::geteuid() == 0) return "/run/elasticrund";
+  if (const char* x = std::getenv("XDG_RUNTIME_DIR"); x && *x) return std::string(x) + "/elasticrund";
+  return "/tmp/elasticrund-" + std::to_string(::geteuid());
+}
+
+int run_listen(elasticrun::daemon::ListenOptions options, const std::string& secret_file) {
+  using namespace elasticrun;
+  auto secret = auth::read_secret_file(secret_file);
+  if (!secret) {
+    std::cerr << "elasticrund: " << secret.error() << "\n";
+    return 1;
+  }
+  options.secret = *secret;
+  std::error_code ec;
+  std::filesystem::create_directories(options.state_dir, ec);
+  ::chmod(options.state_dir.c_str(), 0700);
+  // One listening daemon per state directory: a second would reclaim the first's jobs.
+  std::string lock_path = options.state_dir + "/lock";
+  int lock = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (lock < 0) {
+    std::cerr << "elasticrund: cannot use state directory '" << options.state_dir << "': " << std::strerror(errno) << "\n";
+    return 1;
+  }
+  if (::flock(lock, LOCK_EX | LOCK_NB) != 0) {
+    std::cerr << "elasticrund: another elasticrund --listen uses state directory '" << options.state_dir << "'\n";
+    return 1;
+  }
+  auto reclaimed = daemon::reclaim_jobs(options.state_dir);
+  if (reclaimed.jobs > 0)
+    ER_LOG(daemon, warn, "reclaimed {} job(s) left by an earlier daemon; killed {} leftover worker group(s)",
+           reclaimed.jobs, reclaimed.groups);
+  shm_dirs::remove_stale();
+
+  char self[PATH_MAX];
+  ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
+  if (n <= 0) {
+    std::cerr << "elasticrund: cannot find its own executable\n";
+    return 1;
+  }
+  options.self_exe.assign(self, static_cast<std::size_t>(n));
+
+  boost::asio::io_context io;
+  daemon::Listener listener(io, options);
+  if (auto ok = listener.start(); !ok) {
+    std::cerr << "elasticrund: " << ok.error() << "\n";
+    return 1;
+  }
+  // One line a supervisor (or a test) can wait for; the port is the real one when 0 was asked.
+  std::cerr << "elasticrund: listening on " << options.address << ":" << listener.port() << std::endl;
+  boost::asio::signal_set signals(io, SIGINT, SIGTERM);
+  signals.async_wait([&](boost::system::error_code e, int sig) {
+    if (e) return;
+    ER_LOG(daemon, info, "received signal {}; stopping every job", sig);
+    listener.stop(std::chrono::milliseconds(5000), [&] { io.stop(); });
+  });
+  boost::asio::signal_set hup(io, SIGHUP);
+  std::function<void()> ignore_hup = [&] {
+    hup.async_wait([&](boost::system::error_code e, int) {
+      if (e) return;
+      ER_LOG(daemon, info, "SIGHUP ignored (restart the daemon to read a new secret)");
+      ignore_hup();
+    });
+  };
+  ignore_hup();
+  io.run();
+  ::close(lock);
+  return 0;
 }
 
 }  // namespace
@@ -52,6 +176,10 @@ int main(int argc, char** argv) {
       ("help,h", "print this help and exit")
       ("version", "print the version and exit")
       ("stdio", "serve one job on stdin/stdout (how elasticrun starts the daemon)")
+      ("listen", po::value<std::string>(), "[ADDR:]PORT: serve jobs from drivers that prove the cluster secret")
+      ("secret-file", po::value<std::string>(), "the cluster secret (64 hex digits; default /etc/elasticrun/secret)")
+      ("state-dir", po::value<std::string>(), "where jobs record their workers (default /run/elasticrund for root)")
+      ("job-pad-fd", po::value<int>(), "internal: a job handed over by --listen")
       ("log-level", po::value<std::string>(), "error|warn|info|debug, or per component: info,daemon=debug");
   po::variables_map vm;
   try {
@@ -62,8 +190,7 @@ int main(int argc, char** argv) {
               vm);
     po::notify(vm);
   } catch (const po::error& e) {
-    std::cerr << "elasticrund: " << e.what() << "\n" << kUsage;
-    return 2;
+    return usage_error(e.what());
   }
   if (vm.count("help")) {
     std::cout << kUsage << desc;
@@ -73,13 +200,34 @@ int main(int argc, char** argv) {
     std::cout << "elasticrund " << ELASTICRUN_VERSION << "\n";
     return 0;
   }
-  if (vm.count("log-level") && !elasticrun::log::configure(vm["log-level"].as<std::string>())) {
-    std::cerr << "elasticrund: bad --log-level '" << vm["log-level"].as<std::string>() << "'\n";
+  std::string log_level = vm.count("log-level") ? vm["log-level"].as<std::string>() : "";
+  if (!log_level.empty() && !elasticrun::log::configure(log_level)) {
+    std::cerr << "elasticrund: bad --log-level '" << log_level << "'\n";
     return 2;
   }
-  if (!vm.count("stdio")) {
-    std::cerr << "elasticrund: choose a mode (--stdio)\n" << kUsage;
-    return 2;
+  std::string state_dir = vm.count("state-dir") ? vm["state-dir"].as<std::string>() : "";
+  if (vm.count("stdio") && vm.count("listen")) return usage_error("--stdio and --listen exclude each other");
+  if (vm.count("stdio")) {
+    elasticrun::daemon::SupervisorOptions options;
+    options.state_dir = state_dir;
+    if (vm.count("job-pad-fd")) {
+      options.secret_pad = read_pad(vm["job-pad-fd"].as<int>());
+      if (!options.secret_pad) {
+        std::cerr << "elasticrund: --job-pad-fd: cannot read the pad\n";
+        return 1;
+      }
+    }
+    return run_stdio(std::move(options));
   }
-  return run_stdio();
+  if (vm.count("listen")) {
+    elasticrun::daemon::ListenOptions options;
+    if (!parse_listen(vm["listen"].as<std::string>(), options.address, options.port))
+      return usage_error("bad --listen '" + vm["listen"].as<std::string>() + "': want [ADDR:]PORT");
+    // A daemon's log is its record of who connected: job starts and ends at info.
+    if (log_level.empty()) elasticrun::log::configure("info");
+    options.log_level = log_level;
+    options.state_dir = state_dir.empty() ? default_state_dir() : state_dir;
+    return run_listen(std::move(options), vm.count("secret-file") ? vm["secret-file"].as<std::string>() : kDefaultSecretFile);
+  }
+  return usage_error("choose a mode (--stdio or --listen)");
 }

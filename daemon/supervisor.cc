@@ -16,15 +16,18 @@ namespace elasticrun::daemon {
 
 namespace asio = boost::asio;
 
-Supervisor::Supervisor(asio::io_context& io, int in_fd, int out_fd, std::function<void(int)> on_done)
+Supervisor::Supervisor(asio::io_context& io, int in_fd, int out_fd, std::function<void(int)> on_done,
+                       SupervisorOptions options)
     : io_(io), in_(io, in_fd), out_(io, in_fd == out_fd ? ::dup(out_fd) : out_fd),
-      on_done_(std::move(on_done)), kill_timer_(io) {
+      on_done_(std::move(on_done)), options_(std::move(options)), kill_timer_(io) {
+  if (!options_.state_dir.empty()) record_ = std::make_unique<JobRecord>(options_.state_dir);
   WorkerEvents ev;
   ev.on_output = [this](std::uint32_t slot, int stream, std::span<const std::uint8_t> data) {
     send(msg::Output{slot, static_cast<std::uint8_t>(stream), wire::Bytes(data.begin(), data.end())});
   };
   ev.on_exit = [this](std::uint32_t slot, int pid, int code, int sig) {
     remove_shm_dir(slot);
+    if (record_) record_->remove(pid);
     ER_LOG(daemon, debug, "slot {} (pid {}) exited: code {} signal {}", slot, pid, code, sig);
     send(msg::Exited{slot, static_cast<std::uint32_t>(pid), code, sig});
     finish_if_idle();
@@ -93,7 +96,14 @@ void Supervisor::read() {
 void Supervisor::handle(const Frame& f) {
   if (!config_ && f.type != msg::kConfig) throw wire::DecodeError("first frame must be config");
   switch (f.type) {
-    case msg::kConfig: config_ = msg::parse<msg::Config>(f); return;
+    case msg::kConfig: {
+      if (config_) throw wire::DecodeError("second config frame");
+      config_ = msg::parse<msg::Config>(f);
+      if (config_->secret.size() != auth::Secret{}.size()) throw wire::DecodeError("bad secret size");
+      if (options_.secret_pad)
+        for (std::size_t i = 0; i < config_->secret.size(); ++i) config_->secret[i] ^= (*options_.secret_pad)[i];
+      return;
+    }
     case msg::kSpawn: return on_spawn(msg::parse<msg::Spawn>(f));
     case msg::kKill: {
       auto k = msg::parse<msg::Kill>(f);
@@ -142,6 +152,7 @@ void Supervisor::on_spawn(const msg::Spawn& s) {
     send(msg::SpawnFailed{s.slot, pid.error()});
     return;
   }
+  if (record_) record_->add(*pid);
   send(msg::Started{s.slot, static_cast<std::uint32_t>(*pid)});
 }
 

@@ -9,6 +9,7 @@
 #include "common/auth.h"
 #include "common/frame.h"
 #include "common/messages.h"
+#include "daemon/job_records.h"
 #include "daemon/launcher.h"
 
 #include <boost/asio.hpp>
@@ -21,10 +22,19 @@
 
 namespace elasticrun::daemon {
 
+struct SupervisorOptions {
+  // Set for a job handed over by `elasticrund --listen`: the config's secret arrives
+  // XORed with this pad (see auth::wrap_pad).
+  std::optional<auth::Secret> secret_pad;
+  // Where to record live workers for a restarted daemon (empty: no record).
+  std::string state_dir;
+};
+
 class Supervisor {
  public:
   // Takes ownership of the two descriptors (they may be the same socket).
-  Supervisor(boost::asio::io_context& io, int in_fd, int out_fd, std::function<void(int)> on_done);
+  Supervisor(boost::asio::io_context& io, int in_fd, int out_fd, std::function<void(int)> on_done,
+             SupervisorOptions options = {});
   ~Supervisor();
   void start();
   // Stop every worker, then finish with `exit_code`.
@@ -47,6 +57,8 @@ class Supervisor {
   boost::asio::io_context& io_;
   boost::asio::posix::stream_descriptor in_, out_;
   std::function<void(int)> on_done_;
+  SupervisorOptions options_;
+  std::unique_ptr<JobRecord> record_;
   std::unique_ptr<Launcher> launcher_;
   std::optional<msg::Config> config_;
   FrameParser parser_;

@@ -1,0 +1,189 @@
+#include "cmd/tcp_daemon.h"
+
+#include "common/log.h"
+#include "common/socket_options.h"
+
+#include <boost/asio.hpp>
+#include <fmt/format.h>
+
+#include <deque>
+
+namespace elasticrun::cmd {
+namespace {
+
+namespace asio = boost::asio;
+using asio::ip::tcp;
+
+constexpr std::string_view kRole = "driver";
+
+class TcpDaemon final : public DaemonLink {
+ public:
+  TcpDaemon(asio::io_context& io, std::string host, std::uint16_t port, const auth::Secret& cluster,
+            std::chrono::milliseconds timeout, DaemonEvents ev)
+      : DaemonLink(std::move(host), std::move(ev)), io_(io), port_(port), cluster_(cluster), resolver_(io),
+        socket_(io), timer_(io), where_(fmt::format("daemon at {}:{}", this->host(), port)) {
+    timer_.expires_after(timeout);
+    timer_.async_wait([this, timeout, alive = std::weak_ptr<int>(alive_)](boost::system::error_code ec) {
+      if (ec || !alive.lock() || authenticated_) return;
+      fail_link(fmt::format("{}: no answer within {} ms", where_, timeout.count()));
+    });
+    if (this->host().find('@') != std::string::npos) {
+      // Reported from the io loop: the caller is still registering this link.
+      asio::post(io_, [this, alive = std::weak_ptr<int>(alive_)] {
+        if (alive.lock())
+          fail_link(fmt::format("'{}': user@host is for SSH; a daemon runs workers as its own user", this->host()));
+      });
+      return;
+    }
+    resolver_.async_resolve(this->host(), std::to_string(port_),
+                            [this, alive = std::weak_ptr<int>(alive_)](boost::system::error_code ec,
+                                                                       tcp::resolver::results_type r) {
+                              if (!alive.lock() || closed()) return;
+                              if (ec) return void(fail_link(fmt::format("{}: cannot resolve: {}", where_, ec.message())));
+                              connect(r);
+                            });
+  }
+  ~TcpDaemon() override {
+    alive_.reset();
+    close();
+  }
+
+  void send_frame(const Frame& f) override {
+    if (closed()) return;
+    if (!authenticated_) {
+      pending_.push_back(f);
+      return;
+    }
+    write(f);
+  }
+
+  void close() override {
+    boost::system::error_code ec;
+    timer_.cancel();
+    resolver_.cancel();
+    socket_.close(ec);
+  }
+
+ private:
+  void connect(const tcp::resolver::results_type& r) {
+    asio::async_connect(socket_, r, [this, alive = std::weak_ptr<int>(alive_)](boost::system::error_code ec,
+                                                                               const tcp::endpoint&) {
+      if (!alive.lock() || closed()) return;
+      if (ec) return void(fail_link(fmt::format("{}: cannot connect: {}", where_, ec.message())));
+      boost::system::error_code e2;
+      socket_.set_option(tcp::no_delay(true), e2);
+      net::keep_alive(socket_.native_handle());
+      read();
+    });
+  }
+
+  void read() {
+    socket_.async_read_some(asio::buffer(buf_), [this, alive = std::weak_ptr<int>(alive_)](
+                                                    boost::system::error_code ec, std::size_t n) {
+      if (!alive.lock() || closed()) return;
+      if (n > 0) {
+        if (auto ok = parser_.feed({buf_.data(), n}); !ok)
+          return void(fail_link(fmt::format("{}: bad control stream: {}", where_, ok.error())));
+        while (parser_.has_frame())
+          if (!handle(parser_.pop())) return;
+      }
+      if (ec) {
+        if (!authenticated_)
+          return void(fail_link(fmt::format("{}: closed during the handshake ({})", where_, ec.message())));
+        return report_closed(shutting_down_ ? "" : fmt::format("{}: connection lost: {}", where_, ec.message()));
+      }
+      read();
+    });
+  }
+
+  // False once the link is finished.
+  bool handle(const Frame& f) {
+    if (authenticated_) return on_frame(f);
+    try {
+      if (f.type == msg::kError)
+        return fail_link(fmt::format("{} refused us: {} (is the cluster secret the same on both sides?)", where_,
+                                     msg::parse<msg::Error>(f).message));
+      if (!hello_seen_) return on_hello(msg::parse<msg::Hello>(f));
+      return on_auth_ok(msg::parse<msg::AuthOk>(f));
+    } catch (const wire::DecodeError& e) {
+      return fail_link(fmt::format("{}: not an elasticrund handshake ({}: {})", where_, msg::type_name(f.type), e.what()));
+    }
+  }
+
+  bool on_hello(const msg::Hello& h) {
+    if (h.nonce.size() != server_nonce_.size()) throw wire::DecodeError("bad nonce size");
+    std::copy(h.nonce.begin(), h.nonce.end(), server_nonce_.begin());
+    hello_seen_ = true;
+    client_nonce_ = auth::random_nonce();
+    auto proof = auth::client_proof(cluster_, kRole, server_nonce_, client_nonce_);
+    write(msg::to_frame(msg::Auth{std::string(kRole), wire::Bytes(client_nonce_.begin(), client_nonce_.end()),
+                                  wire::Bytes(proof.begin(), proof.end())}));
+    return true;
+  }
+
+  bool on_auth_ok(const msg::AuthOk& a) {
+    auto want = auth::server_proof(cluster_, kRole, server_nonce_, client_nonce_);
+    if (!auth::digest_equal(want, a.proof))
+      return fail_link(fmt::format("{} could not prove the cluster secret; refusing it", where_));
+    authenticated_ = true;
+    timer_.cancel();
+    auto pad = auth::wrap_pad(cluster_, kRole, server_nonce_, client_nonce_);
+    for (auto& f : pending_) {
+      if (f.type == msg::kConfig) {
+        auto c = msg::parse<msg::Config>(f);
+        for (std::size_t i = 0; i < c.secret.size() && i < pad.size(); ++i) c.secret[i] ^= pad[i];
+        f = msg::to_frame(c);
+      }
+      write(f);
+    }
+    pending_.clear();
+    ER_LOG(driver, debug, "{}: authenticated", where_);
+    return true;
+  }
+
+  bool fail_link(const std::string& why) {
+    report_closed(why);
+    return false;
+  }
+
+  void write(const Frame& f) {
+    wqueue_.push_back(encode_frame(f));
+    if (wqueue_.size() == 1) write_next();
+  }
+
+  void write_next() {
+    asio::async_write(socket_, asio::buffer(wqueue_.front()),
+                      [this, alive = std::weak_ptr<int>(alive_)](boost::system::error_code ec, std::size_t) {
+                        if (!alive.lock() || closed()) return;
+                        if (ec)
+                          return report_closed(shutting_down_ ? "" : fmt::format("{}: write: {}", where_, ec.message()));
+                        wqueue_.pop_front();
+                        if (!wqueue_.empty()) write_next();
+                      });
+  }
+
+  asio::io_context& io_;
+  std::uint16_t port_;
+  auth::Secret cluster_;
+  tcp::resolver resolver_;
+  tcp::socket socket_;
+  asio::steady_timer timer_;
+  std::string where_;
+  std::shared_ptr<int> alive_ = std::make_shared<int>(0);
+  FrameParser parser_;
+  std::array<std::uint8_t, 65536> buf_{};
+  std::deque<Frame> pending_;
+  std::deque<wire::Bytes> wqueue_;
+  auth::Nonce server_nonce_{}, client_nonce_{};
+  bool hello_seen_ = false, authenticated_ = false;
+};
+
+}  // namespace
+
+std::unique_ptr<DaemonLink> connect_daemon(asio::io_context& io, const std::string& host, std::uint16_t port,
+                                           const auth::Secret& cluster_secret,
+                                           std::chrono::milliseconds connect_timeout, DaemonEvents ev) {
+  return std::make_unique<TcpDaemon>(io, host, port, cluster_secret, connect_timeout, std::move(ev));
+}
+
+}  // namespace elasticrun::cmd

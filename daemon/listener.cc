@@ -1,0 +1,283 @@
+#include "daemon/listener.h"
+
+#include "common/frame.h"
+#include "common/log.h"
+#include "common/messages.h"
+#include "common/shm_dirs.h"
+#include "common/socket_options.h"
+#include "daemon/job_records.h"
+
+#include <fcntl.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <csignal>
+
+namespace elasticrun::daemon {
+
+namespace asio = boost::asio;
+using asio::ip::tcp;
+
+namespace {
+
+// An Auth frame is a role and two 32-byte values; nothing before auth needs more.
+constexpr std::uint32_t kHandshakeMaxPayload = 1024;
+constexpr std::string_view kRole = "driver";
+
+}  // namespace
+
+// One connection that has not proved the cluster secret yet.
+class Listener::Handshake : public std::enable_shared_from_this<Handshake> {
+ public:
+  Handshake(Listener& listener, tcp::socket socket, std::shared_ptr<std::size_t> count)
+      : listener_(listener), socket_(std::move(socket)), timer_(socket_.get_executor()),
+        parser_(kHandshakeMaxPayload), count_(std::move(count)) {
+    ++*count_;
+    boost::system::error_code ec;
+    auto ep = socket_.remote_endpoint(ec);
+    peer_ = ec ? "?" : ep.address().to_string() + ":" + std::to_string(ep.port());
+    socket_.set_option(tcp::no_delay(true), ec);
+    net::keep_alive(socket_.native_handle());
+  }
+  ~Handshake() { --*count_; }
+
+  void start(std::chrono::milliseconds timeout) {
+    nonce_ = auth::random_nonce();
+    write(msg::to_frame(msg::Hello{wire::Bytes(nonce_.begin(), nonce_.end())}), [](Handshake&) {});
+    timer_.expires_after(timeout);
+    timer_.async_wait([self = shared_from_this()](boost::system::error_code ec) {
+      if (!ec && !self->done_) self->reject("no authentication within the handshake timeout");
+    });
+    read();
+  }
+
+ private:
+  template <class Then>
+  void write(const Frame& f, Then then) {
+    auto bytes = std::make_shared<wire::Bytes>(encode_frame(f));
+    asio::async_write(socket_, asio::buffer(*bytes),
+                      [self = shared_from_this(), bytes, then](boost::system::error_code ec, std::size_t) {
+                        if (self->done_) return;
+                        if (ec) return self->reject("write: " + ec.message());
+                        then(*self);
+                      });
+  }
+
+  void read() {
+    socket_.async_read_some(asio::buffer(buf_), [self = shared_from_this()](boost::system::error_code ec, std::size_t n) {
+      if (self->done_) return;
+      if (ec) return self->reject(ec == asio::error::eof ? "closed before authenticating" : "read: " + ec.message());
+      if (auto ok = self->parser_.feed({self->buf_.data(), n}); !ok) return self->reject(ok.error());
+      if (!self->parser_.has_frame()) return self->read();
+      Frame f = self->parser_.pop();
+      if (self->parser_.has_frame() || self->parser_.partial_bytes() > 0)
+        return self->reject("sent more before the daemon proved itself");
+      try {
+        self->on_auth(msg::parse<msg::Auth>(f));
+      } catch (const wire::DecodeError& e) {
+        self->reject(std::string("malformed ") + msg::type_name(f.type) + " frame: " + e.what());
+      }
+    });
+  }
+
+  void on_auth(const msg::Auth& a) {
+    if (a.nonce.size() != nonce_.size()) throw wire::DecodeError("bad nonce size");
+    auth::Nonce client{};
+    std::copy(a.nonce.begin(), a.nonce.end(), client.begin());
+    const auth::Secret& secret = listener_.options_.secret;
+    if (a.role != kRole || !auth::digest_equal(auth::client_proof(secret, a.role, nonce_, client), a.proof)) {
+      // The reason goes to our log, not to the peer.
+      log_rejection("authentication failed (wrong cluster secret or role '" + a.role.substr(0, 32) + "')");
+      write(msg::to_frame(msg::Error{0, "authentication failed"}), [](Handshake& h) { h.close(); });
+      timer_.cancel();
+      return;
+    }
+    auto proof = auth::server_proof(secret, a.role, nonce_, client);
+    pad_ = auth::wrap_pad(secret, a.role, nonce_, client);
+    write(msg::to_frame(msg::AuthOk{wire::Bytes(proof.begin(), proof.end())}), [](Handshake& h) {
+      h.done_ = true;
+      h.timer_.cancel();
+      h.listener_.start_job(std::move(h.socket_), h.pad_, h.peer_);
+    });
+  }
+
+  void log_rejection(const std::string& why) { ER_LOG(daemon, warn, "rejected connection from {}: {}", peer_, why); }
+
+  void reject(const std::string& why) {
+    log_rejection(why);
+    close();
+  }
+
+  void close() {
+    done_ = true;
+    boost::system::error_code ec;
+    timer_.cancel();
+    socket_.close(ec);
+  }
+
+  Listener& listener_;
+  tcp::socket socket_;
+  asio::steady_timer timer_;
+  FrameParser parser_;
+  std::shared_ptr<std::size_t> count_;
+  std::string peer_;
+  auth::Nonce nonce_{};
+  auth::Secret pad_{};
+  std::array<std::uint8_t, 2048> buf_{};
+  bool done_ = false;
+};
+
+Listener::Listener(asio::io_context& io, ListenOptions options)
+    : io_(io), options_(std::move(options)), acceptor_(io), sigchld_(io, SIGCHLD), kill_timer_(io) {}
+
+Listener::~Listener() = default;
+
+Result<void> Listener::start() {
+  boost::system::error_code ec;
+  auto addr = asio::ip::make_address(options_.address, ec);
+  if (ec) return fail("bad listen address '" + options_.address + "'");
+  tcp::endpoint ep(addr, options_.port);
+  acceptor_.open(ep.protocol(), ec);
+  if (!ec) acceptor_.set_option(tcp::acceptor::reuse_address(true), ec);
+  if (!ec) acceptor_.bind(ep, ec);
+  if (!ec) acceptor_.listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) return fail("cannot listen on " + options_.address + ":" + std::to_string(options_.port) + ": " + ec.message());
+  ::fcntl(acceptor_.native_handle(), F_SETFD, FD_CLOEXEC);
+  watch_children();
+  accept();
+  return {};
+}
+
+std::uint16_t Listener::port() const {
+  boost::system::error_code ec;
+  return acceptor_.local_endpoint(ec).port();
+}
+
+void Listener::accept() {
+  acceptor_.async_accept([this](boost::system::error_code ec, tcp::socket socket) {
+    if (stopping_) return;
+    if (!ec) {
+      if (*handshake_count_ >= options_.max_handshakes) {
+        boost::system::error_code e2;
+        auto ep = socket.remote_endpoint(e2);
+        ER_LOG(daemon, warn, "rejected connection from {}: {} connections are already authenticating",
+               e2 ? "?" : ep.address().to_string(), options_.max_handshakes);
+      } else {
+        ::fcntl(socket.native_handle(), F_SETFD, FD_CLOEXEC);
+        std::make_shared<Handshake>(*this, std::move(socket), handshake_count_)->start(options_.handshake_timeout);
+      }
+    } else if (ec != asio::error::operation_aborted) {
+      ER_LOG(daemon, warn, "accept: {}", ec.message());
+    }
+    accept();
+  });
+}
+
+void Listener::start_job(tcp::socket socket, const auth::Secret& pad, const std::string& peer) {
+  if (stopping_) return;
+  int pipefd[2];
+  if (::pipe2(pipefd, O_CLOEXEC) != 0) {
+    ER_LOG(daemon, error, "cannot start a job for {}: pipe: {}", peer, std::strerror(errno));
+    return;
+  }
+  // Everything the child needs is prepared before fork: after it, only
+  // async-signal-safe calls until exec.
+  std::vector<std::string> args{options_.self_exe, "--stdio", "--job-pad-fd=3"};
+  if (!options_.state_dir.empty()) args.push_back("--state-dir=" + options_.state_dir);
+  if (!options_.log_level.empty()) args.push_back("--log-level=" + options_.log_level);
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  int sock = socket.native_handle();
+  pid_t parent = ::getpid();
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    ::setpgid(0, 0);
+    // A job never outlives the daemon: it stops its workers when the daemon goes.
+    ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (::getppid() != parent) ::_exit(1);
+    if (::dup2(sock, 0) < 0 || ::dup2(sock, 1) < 0 || ::dup2(pipefd[0], 3) < 0) ::_exit(127);
+    ::syscall(SYS_close_range, 4u, ~0u, 0u);
+    sigset_t none;
+    sigemptyset(&none);
+    ::sigprocmask(SIG_SETMASK, &none, nullptr);
+    ::execv(argv[0], argv.data());
+    ::_exit(127);
+  }
+  ::close(pipefd[0]);
+  if (pid < 0) {
+    ::close(pipefd[1]);
+    ER_LOG(daemon, error, "cannot start a job for {}: fork: {}", peer, std::strerror(errno));
+    return;
+  }
+  std::size_t off = 0;
+  while (off < pad.size()) {
+    ssize_t n = ::write(pipefd[1], pad.data() + off, pad.size() - off);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    off += static_cast<std::size_t>(n);
+  }
+  ::close(pipefd[1]);
+  boost::system::error_code ec;
+  socket.close(ec);
+  jobs_[pid] = peer;
+  ER_LOG(daemon, info, "job from {} started as process {}", peer, pid);
+}
+
+void Listener::watch_children() {
+  sigchld_.async_wait([this](boost::system::error_code ec, int) {
+    if (ec) return;
+    reap();
+    watch_children();
+  });
+}
+
+void Listener::reap() {
+  bool abnormal = false;
+  for (;;) {
+    int status = 0;
+    pid_t pid = ::waitpid(-1, &status, WNOHANG);
+    if (pid <= 0) break;
+    auto it = jobs_.find(pid);
+    if (it == jobs_.end()) continue;
+    if (WIFSIGNALED(status)) {
+      abnormal = true;
+      ER_LOG(daemon, warn, "job from {} (process {}) killed by signal {}", it->second, pid, WTERMSIG(status));
+    } else {
+      ER_LOG(daemon, info, "job from {} (process {}) ended with code {}", it->second, pid, WEXITSTATUS(status));
+    }
+    jobs_.erase(it);
+  }
+  // A job that could not clean up: kill what its workers left, remove its files.
+  if (abnormal && !options_.state_dir.empty()) reclaim_jobs(options_.state_dir);
+  finish_if_stopped();
+}
+
+void Listener::stop(std::chrono::milliseconds grace, std::function<void()> done) {
+  if (stopping_) return;
+  stopping_ = true;
+  done_ = std::move(done);
+  boost::system::error_code ec;
+  acceptor_.close(ec);
+  for (auto& [pid, peer] : jobs_) ::kill(pid, SIGTERM);
+  kill_timer_.expires_after(grace);
+  kill_timer_.async_wait([this](boost::system::error_code e) {
+    if (e) return;
+    for (auto& [pid, peer] : jobs_) ::kill(-pid, SIGKILL);
+  });
+  finish_if_stopped();
+}
+
+void Listener::finish_if_stopped() {
+  if (!stopping_ || !jobs_.empty() || !done_) return;
+  kill_timer_.cancel();
+  boost::system::error_code ec;
+  sigchld_.cancel(ec);
+  auto done = std::move(done_);
+  done_ = nullptr;
+  done();
+}
+
+}  // namespace elasticrun::daemon
