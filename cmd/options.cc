@@ -32,7 +32,7 @@ po::options_description describe() {
       ("ssh-known-hosts", po::value<std::string>(), "known_hosts file (default: $ELASTICRUN_SSH_KNOWN_HOSTS, else ~/.ssh/known_hosts)")
       ("ssh-config", po::value<std::string>(), "ssh config file (default: $ELASTICRUN_SSH_CONFIG, else ~/.ssh/config)")
       ("ssh-host-key-checking", po::value<std::string>()->default_value("yes"), "yes|accept-new|no: unknown host keys are refused, recorded, or accepted; a changed key is always refused")
-      ("ssh-connect-timeout", po::value<double>()->default_value(10.0), "seconds to connect and authenticate to a remote host")
+      ("ssh-connect-timeout", po::value<double>()->default_value(10.0), "seconds to connect and authenticate to a remote host (SSH, or a daemon with --daemon-port)")
       ("daemon-port", po::value<int>(), "use the elasticrund --listen already running on every host at this TCP port (default: $ELASTICRUN_DAEMON_PORT; else start daemons locally or over SSH)")
       ("daemon-secret-file", po::value<std::string>(), "cluster secret shared with those daemons (default: $ELASTICRUN_DAEMON_SECRET_FILE, else /etc/elasticrun/secret)")
       ("events", po::value<std::string>(), "append JSON lines describing the job's events to FILE")

@@ -19,26 +19,39 @@ namespace elasticrun::daemon {
 
 namespace fs = std::filesystem;
 
-std::uint64_t process_start_time(int pid) {
-  if (pid <= 0) return 0;
+namespace {
+
+struct ProcStat {
+  char state = 0;
+  std::uint64_t start_time = 0;
+};
+
+ProcStat read_stat(int pid) {
+  if (pid <= 0) return {};
   std::ifstream in(fmt::format("/proc/{}/stat", pid));
   std::string stat((std::istreambuf_iterator<char>(in)), {});
   // "pid (comm) state ppid ..." where comm may hold spaces and parentheses: the
   // fields after the last ')' are fixed. starttime is field 22 overall, the 20th
-  // after the ')'.
+  // after the ')'; state is the first.
   auto close = stat.rfind(')');
-  if (close == std::string::npos) return 0;
+  if (close == std::string::npos) return {};
   std::istringstream fields(stat.substr(close + 1));
+  ProcStat out;
   std::string field;
-  for (int i = 0; i < 20 && fields >> field; ++i) {
-  }
-  if (!fields) return 0;
+  for (int i = 0; i < 20 && fields >> field; ++i)
+    if (i == 0) out.state = field.empty() ? 0 : field[0];
+  if (!fields) return {};
   try {
-    return std::stoull(field);
+    out.start_time = std::stoull(field);
   } catch (const std::exception&) {
-    return 0;
+    return {};
   }
+  return out;
 }
+
+}  // namespace
+
+std::uint64_t process_start_time(int pid) { return read_stat(pid).start_time; }
 
 JobRecord::JobRecord(std::string state_dir)
     : path_(fmt::format("{}/job.{}", state_dir, ::getpid())), start_time_(process_start_time(::getpid())) {
@@ -78,16 +91,21 @@ void JobRecord::write() const {
 
 namespace {
 
-bool alive(int pid, std::uint64_t start) { return start != 0 && process_start_time(pid) == start; }
+// A zombie counts as gone: its parent died too and nobody may ever reap it.
+bool alive(int pid, std::uint64_t start) {
+  auto st = read_stat(pid);
+  return start != 0 && st.start_time == start && st.state != 'Z' && st.state != 'X';
+}
 
 // Kills what is left of one recorded worker. True when something was there.
 bool kill_worker_group(int pid, std::uint64_t start) {
-  std::uint64_t now = process_start_time(pid);
+  auto now = read_stat(pid);
   // The pid now names another process: the group id can only be in use by that
   // process's own group (Linux keeps a pid allocated while a group uses it), so leave it.
-  if (now != 0 && now != start) return false;
-  if (now != 0) ::kill(pid, SIGKILL);
-  return ::kill(-pid, SIGKILL) == 0 || now != 0;
+  if (now.start_time != 0 && now.start_time != start) return false;
+  bool leader = now.start_time != 0 && now.state != 'Z';
+  if (leader) ::kill(pid, SIGKILL);
+  return ::kill(-pid, SIGKILL) == 0 || leader;
 }
 
 }  // namespace

@@ -15,6 +15,7 @@
 #include <boost/asio.hpp>
 #include <boost/program_options.hpp>
 
+#include <fcntl.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -58,11 +59,21 @@ int run_stdio(elasticrun::daemon::SupervisorOptions options) {
   elasticrun::shm_dirs::remove_stale();
   boost::asio::io_context io;
   int exit_code = 0;
-  // stdout is the control channel: nothing else may write there.
-  int out = ::dup(STDOUT_FILENO);
+  // stdin/stdout are the control channel: move them out of the way (close-on-exec),
+  // so that nothing else reads or writes there.
+  int in = ::fcntl(STDIN_FILENO, F_DUPFD_CLOEXEC, 3);
+  int out = ::fcntl(STDOUT_FILENO, F_DUPFD_CLOEXEC, 3);
+  if (in < 0 || out < 0) {
+    std::perror("elasticrund: control channel");
+    return 1;
+  }
+  if (int null = ::open("/dev/null", O_RDONLY | O_CLOEXEC); null >= 0) {
+    ::dup2(null, STDIN_FILENO);
+    ::close(null);
+  }
   ::dup2(STDERR_FILENO, STDOUT_FILENO);
   elasticrun::daemon::Supervisor sup(
-      io, ::dup(STDIN_FILENO), out,
+      io, in, out,
       [&](int code) {
         exit_code = code;
         io.stop();

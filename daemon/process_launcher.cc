@@ -8,7 +8,10 @@
 #include <boost/process.hpp>
 #include <boost/process/extend.hpp>
 
+#include <fcntl.h>
+#include <linux/close_range.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -22,12 +25,23 @@ namespace {
 namespace bp = boost::process;
 namespace asio = boost::asio;
 
+// Marks every descriptor above stderr close-on-exec (Boost.Process's own error pipe
+// must stay open until exec, so they are not closed here).
+void close_inherited_fds() {
+  if (::syscall(SYS_close_range, 3u, ~0u, CLOSE_RANGE_CLOEXEC) == 0) return;
+  for (int fd = 3; fd < 4096; ++fd) ::fcntl(fd, F_SETFD, FD_CLOEXEC);  // kernels before 5.11
+}
+
 // In the child between fork and exec: own process group, die with the daemon.
 struct WorkerSetup : bp::extend::handler {
   template <class Executor>
   void on_exec_setup(Executor&) const {
     ::setpgid(0, 0);
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    // Nothing of the daemon's reaches the program: not its control channel (a child
+    // left behind by the worker would keep a driver's connection open), not another
+    // worker's output pipe (which would then never reach end-of-file).
+    close_inherited_fds();
     // The default dispositions a fresh program expects.
     ::signal(SIGPIPE, SIG_DFL);
     sigset_t none;

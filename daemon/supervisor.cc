@@ -4,6 +4,7 @@
 #include "common/log.h"
 #include "common/shm_dirs.h"
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <csignal>
@@ -18,7 +19,7 @@ namespace asio = boost::asio;
 
 Supervisor::Supervisor(asio::io_context& io, int in_fd, int out_fd, std::function<void(int)> on_done,
                        SupervisorOptions options)
-    : io_(io), in_(io, in_fd), out_(io, in_fd == out_fd ? ::dup(out_fd) : out_fd),
+    : io_(io), in_(io, in_fd), out_(io, in_fd == out_fd ? ::fcntl(out_fd, F_DUPFD_CLOEXEC, 3) : out_fd),
       on_done_(std::move(on_done)), options_(std::move(options)), kill_timer_(io) {
   if (!options_.state_dir.empty()) record_ = std::make_unique<JobRecord>(options_.state_dir);
   WorkerEvents ev;

@@ -1,0 +1,502 @@
+"""The long-running daemon (`elasticrund --listen`, what systemd runs) and the driver's
+--daemon-port: jobs through it, mutual authentication with the cluster secret, rejected
+connections, isolation between jobs, and cleaning up after crashed jobs and daemons."""
+import hashlib
+import hmac
+import os
+import re
+import secrets
+import signal
+import socket
+import struct
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import ELASTICRUND, EXAMPLES, TESTPROG, our_processes
+
+MAGIC = 0x5245
+HELLO, AUTH, AUTH_OK, ERROR = 1, 2, 3, 4
+
+
+def frame(kind, payload):
+    return struct.pack("<HBBI", MAGIC, kind, 1, len(payload)) + payload
+
+
+def field(b):
+    return struct.pack("<I", len(b)) + b
+
+
+def read_frame(sock):
+    head = recv_exact(sock, 8)
+    magic, kind, _, n = struct.unpack("<HBBI", head)
+    assert magic == MAGIC
+    return kind, recv_exact(sock, n)
+
+
+def recv_exact(sock, n):
+    out = b""
+    while len(out) < n:
+        chunk = sock.recv(n - len(out))
+        if not chunk:
+            raise ConnectionError("closed")
+        out += chunk
+    return out
+
+
+def proof(secret, label, role, a, b):
+    return hmac.new(secret, label + b"\0" + role + b"\0" + a + b, hashlib.sha256).digest()
+
+
+class Daemon:
+    """An `elasticrund --listen` on loopback with its own secret and state directory."""
+
+    def __init__(self, tmp, tag, secret=None, name="d"):
+        self.secret = secret or secrets.token_bytes(32)
+        self.secret_file = tmp / f"{name}.secret"
+        self.secret_file.write_text(self.secret.hex() + "\n")
+        self.secret_file.chmod(0o600)
+        self.state = tmp / f"{name}.state"
+        self.log_path = tmp / f"{name}.log"
+        self.tag = tag
+        self.proc = None
+        self.port = None
+
+    def start(self, address="127.0.0.1:0", netns=None):
+        cmd = [str(ELASTICRUND), "--listen", address, "--secret-file", str(self.secret_file),
+               "--state-dir", str(self.state)]
+        if netns:
+            cmd = ["ip", "netns", "exec", netns, *cmd]
+        self.log = open(self.log_path, "a")
+        self.proc = subprocess.Popen(cmd, stderr=self.log, env={**os.environ, "ER_TEST_TAG": self.tag})
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            m = re.findall(r"listening on \S+:(\d+)", self.log_path.read_text())
+            if m and len(m) > self.starts:
+                self.port = int(m[-1])
+                self.starts += 1
+                return self
+            assert self.proc.poll() is None, self.log_path.read_text()
+            time.sleep(0.02)
+        raise AssertionError("daemon did not start: " + self.log_path.read_text())
+
+    starts = 0
+
+    def text(self):
+        return self.log_path.read_text()
+
+    def wait_log(self, pattern, timeout=10):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            m = re.search(pattern, self.text())
+            if m:
+                return m
+            time.sleep(0.05)
+        raise AssertionError(f"no {pattern!r} in the daemon log:\n{self.text()}")
+
+    def stop(self):
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            self.proc.wait(timeout=10)
+        self.log.close()
+
+    def connect(self):
+        return socket.create_connection(("127.0.0.1", self.port), timeout=10)
+
+
+@pytest.fixture
+def daemon(tmp_path, job):
+    d = Daemon(tmp_path, job.tag).start()
+    yield d
+    d.stop()
+    assert d.proc.returncode == 0, d.text()
+
+
+def through(daemon, secret_file=None):
+    return ["-x", "ER_TEST_TAG", "--daemon-port", daemon.port, "--daemon-secret-file",
+            secret_file or daemon.secret_file]
+
+
+def test_jobs_run_through_the_daemon_one_after_another(job, daemon):
+    for n in (3, 2):
+        r = job.run([*through(daemon), "-np", n, EXAMPLES / "allreduce_check"], timeout=120)
+        assert r.returncode == 0, r.stderr + daemon.text()
+        assert r.stdout.count("allreduce_check: OK") == n
+    # Each job ran in a job process of its own, which ended cleanly after its driver.
+    daemon.wait_log(r"(?s)ended with code 0.*ended with code 0")
+    starts = re.findall(r"job from \S+ started as process (\d+)", daemon.text())
+    ends = re.findall(r"job from \S+ \(process (\d+)\) ended with code 0", daemon.text())
+    assert len(starts) == 2 and sorted(starts) == sorted(ends), daemon.text()
+    assert daemon.proc.poll() is None
+
+
+def test_job_secret_never_on_a_command_line(job, daemon):
+    p = job.start([*through(daemon), "-np", 2, TESTPROG, "--sleep", "30"])
+    try:
+        daemon.wait_log(r"started as process")
+        deadline = time.monotonic() + 10
+        while len(our_processes(job.tag)) < 4 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        for pid in our_processes(job.tag):
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+            assert daemon.secret.hex().encode() not in cmdline
+            assert b"--secret" not in cmdline or b"--secret-file" in cmdline
+    finally:
+        p.send_signal(signal.SIGTERM)
+        p.communicate(timeout=20)
+
+
+def test_wrong_cluster_secret_is_refused_and_logged(job, daemon, tmp_path):
+    wrong = tmp_path / "wrong.secret"
+    wrong.write_text(secrets.token_hex(32))
+    wrong.chmod(0o600)
+    r = job.run([*through(daemon, wrong), "-np", 1, TESTPROG], timeout=30)
+    assert r.returncode == 3, r.stderr
+    assert "refused us" in r.stderr and "cluster secret" in r.stderr, r.stderr
+    daemon.wait_log(r"rejected connection from 127\.0\.0\.1:\d+: authentication failed")
+    # The daemon keeps serving.
+    r = job.run([*through(daemon), "-np", 1, TESTPROG], timeout=30)
+    assert r.returncode == 0, r.stderr
+
+
+def test_driver_refuses_a_daemon_that_cannot_prove_the_secret(job, tmp_path):
+    """Mutual authentication: something listening on the port that does not know the
+    cluster secret gets the driver's proof but not the job."""
+    secret_file = tmp_path / "s"
+    secret_file.write_text(secrets.token_hex(32))
+    secret_file.chmod(0o600)
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(4)
+    got = {}
+
+    def impostor():
+        conn, _ = srv.accept()
+        with conn:
+            conn.sendall(frame(HELLO, field(secrets.token_bytes(32))))
+            got["auth"] = read_frame(conn)
+            conn.sendall(frame(AUTH_OK, field(secrets.token_bytes(32))))
+            try:
+                got["after"] = conn.recv(65536)
+            except OSError:
+                got["after"] = b""
+
+    t = threading.Thread(target=impostor, daemon=True)
+    t.start()
+    r = job.run(["--daemon-port", srv.getsockname()[1], "--daemon-secret-file", secret_file, "-np", 1, TESTPROG],
+                timeout=30)
+    t.join(10)
+    srv.close()
+    assert r.returncode == 3, r.stderr
+    assert "could not prove the cluster secret" in r.stderr, r.stderr
+    assert got["auth"][0] == AUTH
+    assert got["after"] == b"", "the driver sent something (the job config) to an unproven daemon"
+
+
+def test_rejected_connections_close_alone(job, daemon):
+    """Garbage, an oversized frame, a replayed proof, silence: each closes its own
+    connection with a logged reason; a connection with the right proof is accepted."""
+    def closed(sock):
+        sock.settimeout(10)
+        try:
+            while sock.recv(65536):
+                pass
+        except ConnectionResetError:
+            pass
+        return True
+
+    silent = daemon.connect()  # says nothing: closed at the handshake timeout
+    with daemon.connect() as s:
+        s.sendall(b"GET / HTTP/1.0\r\n\r\n")
+        assert closed(s)
+    with daemon.connect() as s:
+        s.sendall(struct.pack("<HBBI", MAGIC, AUTH, 1, 1 << 20))
+        assert closed(s)
+    # A proof made for one connection's nonce is worthless on another: replay fails.
+    with daemon.connect() as s:
+        _, hello = read_frame(s)
+        server_nonce = hello[4:]
+        client_nonce = secrets.token_bytes(32)
+        good = proof(daemon.secret, b"er-client", b"driver", server_nonce, client_nonce)
+        recorded = frame(AUTH, field(b"driver") + field(client_nonce) + field(good))
+        s.sendall(recorded)
+        kind, body = read_frame(s)
+        assert kind == AUTH_OK  # the right proof is accepted ...
+        assert body[4:] == proof(daemon.secret, b"er-server", b"driver", client_nonce, server_nonce)
+    with daemon.connect() as s:
+        read_frame(s)
+        s.sendall(recorded)  # ... and the same bytes replayed are not
+        kind, _ = read_frame(s)
+        assert kind == ERROR
+        assert closed(s)
+    daemon.wait_log(r"rejected connection from \S+: bad frame magic")
+    daemon.wait_log(r"rejected connection from \S+: .*(exceeds|too large)")
+    daemon.wait_log(r"rejected connection from \S+: authentication failed")
+    assert closed(silent)
+    daemon.wait_log(r"rejected connection from \S+: no authentication within the handshake timeout")
+    silent.close()
+    r = job.run([*through(daemon), "-np", 2, TESTPROG], timeout=30)
+    assert r.returncode == 0, r.stderr
+
+
+def test_jobs_are_isolated(job, daemon):
+    """Two jobs on one daemon: killing one job's driver ends that job's workers only."""
+    victim_tag = job.tag + "-victim"
+    victim = subprocess.Popen(
+        [str(Path(ELASTICRUND).parent.parent / "cmd" / "elasticrun"), *map(str, through(daemon)), "-np", "2",
+         str(TESTPROG), "--sleep", "60"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**job.env(), "ER_TEST_TAG": victim_tag})
+    survivor = job.start([*through(daemon), "-np", 2, TESTPROG, "--sleep", "4"])
+    try:
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline and len(re.findall("started as process", daemon.text())) < 2:
+            time.sleep(0.05)
+        while time.monotonic() < deadline and len(our_processes(victim_tag)) < 3:
+            time.sleep(0.05)
+        assert len(our_processes(victim_tag)) >= 3  # driver + 2 workers
+        victim.send_signal(signal.SIGKILL)
+        victim.communicate(timeout=10)
+        deadline = time.monotonic() + 5
+        while our_processes(victim_tag) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert our_processes(victim_tag) == [], "the killed job's workers outlived their driver"
+        out, err = survivor.communicate(timeout=60)
+        assert survivor.returncode == 0, err
+    finally:
+        for p in (victim, survivor):
+            if p.poll() is None:
+                p.kill()
+                p.communicate()
+
+
+def leftover_sleeper(job, daemon, seconds):
+    """Starts a job whose worker leaves a background child (like a data loader) in its
+    process group; returns (driver, pid of the child, pid of the job process)."""
+    marker = f"{seconds}"
+    p = job.start([*through(daemon), "-np", 1, "/bin/sh", "-c", f"sleep {marker} & echo ready; wait"])
+    assert "ready" in p.stdout.readline()
+    job_pid = int(daemon.wait_log(r"started as process (\d+)").group(1))
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        sleepers = [pid for pid in our_processes(job.tag)
+                    if Path(f"/proc/{pid}/cmdline").read_bytes() == f"sleep\0{marker}\0".encode()]
+        if sleepers:
+            return p, sleepers[0], job_pid
+        time.sleep(0.05)
+    raise AssertionError("the worker's child did not start")
+
+
+def alive(pid):
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_daemon_cleans_up_after_a_crashed_job(job, daemon):
+    driver, sleeper, job_pid = leftover_sleeper(job, daemon, 531.25)
+    os.kill(job_pid, signal.SIGKILL)
+    deadline = time.monotonic() + 5
+    while alive(sleeper) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not alive(sleeper), "the crashed job's leftover process was not killed"
+    daemon.wait_log(rf"process {job_pid}\) killed by signal 9")
+    driver.communicate(timeout=20)
+    assert driver.returncode != 0
+    assert not list(daemon.state.glob("job.*")), list(daemon.state.iterdir())
+
+
+def test_restarted_daemon_kills_what_a_crash_left(job, daemon):
+    driver, sleeper, job_pid = leftover_sleeper(job, daemon, 532.75)
+    # The whole daemon dies at once (stopped first so that it cannot clean up).
+    daemon.proc.send_signal(signal.SIGSTOP)
+    os.kill(job_pid, signal.SIGKILL)
+    daemon.proc.send_signal(signal.SIGKILL)
+    daemon.proc.wait(timeout=10)
+    driver.communicate(timeout=20)
+    assert driver.returncode != 0
+    time.sleep(0.3)
+    assert alive(sleeper), "precondition: the worker's child outlives a SIGKILLed daemon"
+    assert list(daemon.state.glob("job.*")), "the job left no record"
+    daemon.start()
+    daemon.wait_log(r"reclaimed 1 job\(s\) left by an earlier daemon; killed 1 leftover worker group\(s\)")
+    deadline = time.monotonic() + 5
+    while alive(sleeper) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not alive(sleeper)
+    assert not list(daemon.state.glob("job.*"))
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--listen", "12345678"], "bad --listen"),
+    (["--listen", "nowhere:80"], "bad listen address"),
+    (["--listen", "127.0.0.1:0", "--secret-file", "/nonexistent/secret"], "cannot read secret file"),
+    (["--listen", "127.0.0.1:0", "--stdio"], "exclude each other"),
+    ([], "choose a mode"),
+])
+def test_daemon_bad_input(tmp_path, args, message):
+    secret = tmp_path / "s"
+    secret.write_text(secrets.token_hex(32))
+    secret.chmod(0o600)
+    if "--secret-file" not in args and "--listen" in args:
+        args = [*args, "--secret-file", str(secret)]
+    r = subprocess.run([str(ELASTICRUND), *args, "--state-dir", str(tmp_path / "st")], capture_output=True,
+                       text=True, timeout=10)
+    assert r.returncode != 0
+    assert message in r.stderr, r.stderr
+
+
+def test_daemon_refuses_a_readable_secret_file_and_a_second_instance(tmp_path, daemon):
+    loose = tmp_path / "loose"
+    loose.write_text(secrets.token_hex(32))
+    loose.chmod(0o644)
+    r = subprocess.run([str(ELASTICRUND), "--listen", "127.0.0.1:0", "--secret-file", str(loose), "--state-dir",
+                        str(tmp_path / "x")], capture_output=True, text=True, timeout=10)
+    assert r.returncode == 1 and "accessible by other users" in r.stderr, r.stderr
+    short = tmp_path / "short"
+    short.write_text("abcd")
+    short.chmod(0o600)
+    r = subprocess.run([str(ELASTICRUND), "--listen", "127.0.0.1:0", "--secret-file", str(short), "--state-dir",
+                        str(tmp_path / "y")], capture_output=True, text=True, timeout=10)
+    assert r.returncode == 1 and "64 hexadecimal digits" in r.stderr, r.stderr
+    r = subprocess.run([str(ELASTICRUND), "--listen", "127.0.0.1:0", "--secret-file", str(daemon.secret_file),
+                        "--state-dir", str(daemon.state)], capture_output=True, text=True, timeout=10)
+    assert r.returncode == 1 and "another elasticrund --listen" in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--daemon-port", "0"], "out of range"),
+    (["--daemon-port", "70000"], "out of range"),
+    (["--daemon-port", "7210", "--daemon-secret-file", "/nonexistent"], "cannot read secret file"),
+])
+def test_driver_daemon_flags_bad_input(job, args, message):
+    r = job.run([*args, "-np", 1, TESTPROG], timeout=20)
+    assert r.returncode in (2, 3), r.stderr
+    assert message in r.stderr, r.stderr
+
+
+def test_nothing_listening_fails_fast(job, tmp_path):
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    secret = tmp_path / "s"
+    secret.write_text(secrets.token_hex(32))
+    secret.chmod(0o600)
+    t0 = time.monotonic()
+    r = job.run(["--daemon-port", port, "--daemon-secret-file", secret, "-np", 1, TESTPROG], timeout=20)
+    assert r.returncode == 3, r.stderr
+    assert "cannot connect" in r.stderr and "refused" in r.stderr.lower(), r.stderr
+    assert time.monotonic() - t0 < 5
+
+
+# ---- daemons running inside the namespace hosts of scripts/testcluster ----
+
+from test_ssh import HOSTS, UCX_ACROSS_HOSTS, cluster  # noqa: E402,F401  (module fixture)
+from test_sgd import finals, reference  # noqa: E402
+
+
+@pytest.fixture
+def host_daemons(tmp_path, job, cluster):
+    secret = secrets.token_bytes(32)
+    ds = [Daemon(tmp_path, job.tag, secret=secret, name=f"h{i + 1}").start("0.0.0.0:7210", netns=f"er-h{i + 1}")
+          for i in range(len(HOSTS))]
+    yield ds
+    for d in ds:
+        d.stop()
+
+
+def test_daemons_in_namespace_hosts_run_a_job(job, host_daemons):
+    d = host_daemons[0]
+    r = job.run(["-x", "ER_TEST_TAG", *UCX_ACROSS_HOSTS, "--daemon-port", 7210, "--daemon-secret-file",
+                 d.secret_file, "-np", 6, "-H", "10.77.0.11:3,10.77.0.12:1,10.77.0.13:2", TESTPROG, "--topology"],
+                timeout=120)
+    assert r.returncode == 0, r.stderr
+    for w in ["rank 0 size 6 local_rank 0 local_size 3 cross_rank 0 cross_size 3 host 10.77.0.11",
+              "rank 3 size 6 local_rank 0 local_size 1 cross_rank 1 cross_size 3 host 10.77.0.12",
+              "rank 5 size 6 local_rank 1 local_size 2 cross_rank 1 cross_size 2 host 10.77.0.13"]:
+        assert w in r.stdout, r.stdout
+    for h in host_daemons:
+        h.wait_log(r"job from 10\.77\.0\.1:\d+ \(process \d+\) ended with code 0")
+
+
+def test_daemon_killed_on_one_host_job_continues(job, host_daemons, tmp_path):
+    """Elastic job over the daemons; one host's whole daemon is SIGKILLed mid-training:
+    that host drops out and training goes on without losing committed state."""
+    d = host_daemons[0]
+    hosts = tmp_path / "discover"
+    hosts.write_text("#!/bin/sh\necho 10.77.0.11:1\necho 10.77.0.12:1\necho 10.77.0.13:1\n")
+    hosts.chmod(0o755)
+    progress = tmp_path / "progress"
+    args = ["--steps", 200, "--dim", 64, "--batch", 48, "--commit-every", 5]
+    p = job.start(["-x", "ER_TEST_TAG", *UCX_ACROSS_HOSTS, "--daemon-port", 7210, "--daemon-secret-file",
+                   d.secret_file, "--min-np", 2, "--max-np", 3, "--host-discovery-script", hosts,
+                   EXAMPLES / "elastic_sgd", *args, "--step-ms", 10, "--progress-file", progress])
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if progress.exists() and progress.read_text().strip() and int(progress.read_text().split()[0]) >= 30:
+                break
+            time.sleep(0.05)
+        victim = host_daemons[2]
+        job_pid = int(victim.wait_log(r"started as process (\d+)").group(1))
+        victim.proc.send_signal(signal.SIGKILL)
+        os.kill(job_pid, signal.SIGKILL)
+        out, err = p.communicate(timeout=120)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.communicate()
+    assert p.returncode == 0, err[-3000:]
+    got = finals(out)
+    assert len(got) == 2 and all(g == reference(args) for g in got), got
+    assert "10.77.0.13" in err
+
+
+def test_systemd_unit_command_line_starts_the_daemon(tmp_path):
+    """The unit's ExecStart, expanded the way systemd does with the shipped example of
+    /etc/default/elasticrund, starts a daemon (in a network namespace of its own)."""
+    from conftest import BUILD, ROOT
+    import shlex
+    unit = (BUILD / "daemon" / "elasticrund.service").read_text()
+    env = {}
+    for line in unit.splitlines():
+        if line.startswith("Environment="):
+            for kv in shlex.split(line[len("Environment="):]):
+                k, v = kv.split("=", 1)
+                env[k] = v
+    for line in (ROOT / "daemon" / "elasticrund.default").read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            k, v = line.split("=", 1)
+            env[k] = shlex.split(v)[0] if v.startswith('"') else v
+    secret = tmp_path / "secret"
+    secret.write_text(secrets.token_hex(32) + "\n")
+    secret.chmod(0o600)
+    env["ELASTICRUND_SECRET_FILE"] = str(secret)
+    exec_start = re.search(r"^ExecStart=(.*)$", unit, re.M).group(1)
+    argv = []
+    for word in exec_start.split():
+        m = re.fullmatch(r"\$\{(\w+)\}", word) or None
+        if m:
+            argv.append(env[m.group(1)])
+        elif word.startswith("$"):
+            argv.extend(env.get(word[1:], "").split())
+        else:
+            argv.append(word)
+    assert argv[0].endswith("/elasticrund")
+    argv[0] = str(ELASTICRUND)
+    argv[argv.index("--state-dir") + 1] = str(tmp_path / "run")
+    if subprocess.run(["unshare", "-n", "true"], capture_output=True).returncode != 0:
+        pytest.skip("cannot make a network namespace here")
+    p = subprocess.Popen(["unshare", "-n", "sh", "-c", 'ip link set lo up && exec "$@"', "sh", *argv],
+                         stderr=subprocess.PIPE, text=True)
+    try:
+        line = p.stderr.readline()
+        assert "listening on 0.0.0.0:7210" in line, line + p.stderr.read() if p.poll() is not None else line
+    finally:
+        p.send_signal(signal.SIGTERM)
+        p.communicate(timeout=10)
+    assert p.returncode == 0
