@@ -168,6 +168,17 @@ int er_state_track(er_state* st, const char* name, void* ptr, size_t count, er_d
   return guarded([&] { st->state.track_raw(name, ptr, count, dt(type)); });
 }
 
+int er_state_track_snapshot(er_state* st, const char* name, void* ptr, size_t count, er_datatype type,
+                            er_snapshot snapshot) {
+  if (int rc = check_state(st)) return rc;
+  if (!name) return fail(ER_INVALID, "er_state_track_snapshot: name is null");
+  if (!valid_type(type)) return fail(ER_INVALID, "invalid data type");
+  if (snapshot != ER_SNAPSHOT_HOST && snapshot != ER_SNAPSHOT_DEVICE)
+    return fail(ER_INVALID, "er_state_track_snapshot: invalid snapshot placement");
+  auto snap = snapshot == ER_SNAPSHOT_DEVICE ? elasticrun::Snapshot::device : elasticrun::Snapshot::host;
+  return guarded([&] { st->state.track_raw(name, ptr, count, dt(type), snap); });
+}
+
 int er_state_commit(er_state* st) {
   if (int rc = check_state(st)) return rc;
   return guarded([&] { st->state.commit(); });

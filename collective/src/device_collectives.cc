@@ -5,6 +5,12 @@
 
 #include <elasticrun/device.hpp>
 
+namespace elasticrun {
+
+std::shared_ptr<MemoryOps> default_memory_ops() { return collective::device_memory_ops(); }
+
+}  // namespace elasticrun
+
 namespace elasticrun::device {
 
 Memory memory_of(const void* p) { return collective::device_memory_of(p); }

@@ -8,10 +8,28 @@
 #include <cstdlib>
 
 #ifdef ELASTICRUN_HAVE_NCCL
+#include "cuda_memory_ops.h"
 #include "nccl_communicator.h"
 #endif
 
+#include <cstring>
+
 namespace elasticrun::collective {
+
+namespace {
+// Without a device backend every pointer is host memory.
+class HostMemoryOps final : public MemoryOps {
+ public:
+  device::Memory where(const void*) override { return device::Memory::host; }
+  void copy(void* dst, const void* src, std::size_t bytes) override {
+    if (bytes > 0) std::memcpy(dst, src, bytes);
+  }
+  void* allocate_device(std::size_t, const void*) override {
+    throw Error("elastic state: device snapshots need the NCCL backend (meson -Dnccl=enabled)");
+  }
+  void free_device(void*) noexcept override {}
+};
+}  // namespace
 
 IdExchange store_id_exchange(std::shared_ptr<Store> store, std::string scope, int rank) {
   return [store = std::move(store), scope = std::move(scope), rank](const std::function<Bytes()>& make_id,
@@ -27,6 +45,7 @@ std::unique_ptr<device::Communicator> make_device_communicator(const DeviceCommC
 }
 device::Memory device_memory_of(const void* p) { return nccl_memory_of(p); }
 bool device_available(std::string* why) { return nccl_available(why); }
+std::shared_ptr<MemoryOps> device_memory_ops() { return make_cuda_memory_ops(collective_timeout_from_env()); }
 #else
 std::unique_ptr<device::Communicator> make_device_communicator(const DeviceCommConfig&, const IdExchange&,
                                                                std::shared_ptr<AbortSignal>) {
@@ -37,7 +56,10 @@ bool device_available(std::string* why) {
   if (why) *why = "built without the NCCL backend";
   return false;
 }
+std::shared_ptr<MemoryOps> device_memory_ops() { return std::make_shared<HostMemoryOps>(); }
 #endif
+
+std::shared_ptr<MemoryOps> host_memory_ops() { return std::make_shared<HostMemoryOps>(); }
 
 std::chrono::milliseconds collective_timeout_from_env() {
   const char* v = std::getenv(env::kCollectiveTimeout);

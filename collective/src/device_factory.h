@@ -8,6 +8,7 @@
 #include "store.h"
 
 #include <elasticrun/device.hpp>
+#include <elasticrun/elastic.hpp>
 
 #include <chrono>
 #include <functional>
@@ -33,6 +34,10 @@ std::unique_ptr<device::Communicator> make_device_communicator(const DeviceCommC
                                                                std::shared_ptr<AbortSignal> abort);
 device::Memory device_memory_of(const void* p);
 bool device_available(std::string* why);
+// The elastic State's memory seam: CUDA copies with the backend, memcpy without.
+std::shared_ptr<MemoryOps> device_memory_ops();
+// memcpy only, every pointer host memory (what device_memory_ops() is without NCCL).
+std::shared_ptr<MemoryOps> host_memory_ops();
 
 // ELASTICRUN_COLLECTIVE_TIMEOUT in seconds (default 300); throws Error if malformed.
 std::chrono::milliseconds collective_timeout_from_env();

@@ -1,4 +1,8 @@
 // State: snapshots of tracked memory, their broadcast from rank 0, and the retry loop.
+//
+// Every byte that moves between an item and its snapshot or the sync staging goes
+// through move(): memcpy for host items, the MemoryOps seam for device items, so the
+// same logic serves both and is tested on CPU with a MemoryOps that fakes a GPU.
 #include <elasticrun/elastic.hpp>
 
 #include <algorithm>
@@ -13,12 +17,22 @@ namespace {
 // broadcast in place, which saves a copy of the bytes that dominate the cost.
 constexpr std::size_t kCoalesceBytes = 64 * 1024;
 
+// Device memory a State allocated for a Snapshot::device item, freed through its MemoryOps.
+struct DeviceFree {
+  MemoryOps* ops;
+  void operator()(std::byte* p) const noexcept { ops->free_device(p); }
+};
+using DeviceBuffer = std::unique_ptr<std::byte, DeviceFree>;
+
 struct Item {
   std::string name;
   std::byte* data;
   std::size_t bytes;
   DataType type;
-  std::size_t offset;  // in each snapshot slot
+  bool on_device;            // `data` is device memory
+  std::size_t offset;        // in each host snapshot slot (host snapshots only)
+  DeviceBuffer dev_slot[2];  // the two snapshot slots of a Snapshot::device item
+  bool device_snapshot() const { return dev_slot[0] != nullptr; }
 };
 
 std::uint64_t fnv1a(std::uint64_t h, const void* p, std::size_t n) {
@@ -30,10 +44,11 @@ std::uint64_t fnv1a(std::uint64_t h, const void* p, std::size_t n) {
 }  // namespace
 
 struct State::Impl {
-  Impl(Context& c, ElasticHooks h) : ctx(c), hooks(std::move(h)) {}
+  Impl(Context& c, ElasticHooks h) : ctx(c), hooks(std::move(h)), ops(hooks.memory ? hooks.memory : default_memory_ops()) {}
 
   Context& ctx;
   ElasticHooks hooks;
+  std::shared_ptr<MemoryOps> ops;  // declared before items: their device slots free through it
   std::vector<Item> items;
   // Two snapshot slots with one layout: a new snapshot is written into the spare slot
   // and becomes current only once complete, so the last good one is never half
@@ -42,14 +57,29 @@ struct State::Impl {
   int current = 0;
   std::uint64_t commits = 0;
   std::vector<std::function<void()>> callbacks;
-  std::vector<std::byte> pack;  // sync() staging for the small items
+  std::vector<std::byte> pack;   // sync() staging for the small items
+  std::vector<std::byte> stage;  // sync() staging for one large device item
   bool at_commit = false;
 
   bool hosts_updated() const { return hooks.hosts_updated ? hooks.hosts_updated() : ctx.hosts_updated(); }
 
+  // Copies between an item (or its snapshot) and anything else; `device` says whether
+  // either side is device memory.
+  void move(void* dst, const void* src, std::size_t bytes, bool device) {
+    if (bytes == 0) return;
+    if (device)
+      ops->copy(dst, src, bytes);
+    else
+      std::memcpy(dst, src, bytes);
+  }
+
+  void* snapshot_of(Item& it, int slot) {
+    return it.device_snapshot() ? static_cast<void*>(it.dev_slot[slot].get()) : slots[slot].data() + it.offset;
+  }
+
   void snapshot() {
     int spare = 1 - current;
-    for (const Item& it : items) std::memcpy(slots[spare].data() + it.offset, it.data, it.bytes);
+    for (Item& it : items) move(snapshot_of(it, spare), it.data, it.bytes, it.on_device);
     current = spare;
   }
 
@@ -96,7 +126,7 @@ void State::Impl::broadcast_small() {
     std::size_t at = sizeof commits;
     for (const Item& it : items) {
       if (it.bytes > kCoalesceBytes) continue;
-      std::memcpy(pack.data() + at, it.data, it.bytes);
+      move(pack.data() + at, it.data, it.bytes, it.on_device);
       at += it.bytes;
     }
   }
@@ -106,14 +136,26 @@ void State::Impl::broadcast_small() {
   std::size_t at = sizeof commits;
   for (const Item& it : items) {
     if (it.bytes > kCoalesceBytes) continue;
-    std::memcpy(it.data, pack.data() + at, it.bytes);
+    move(it.data, pack.data() + at, it.bytes, it.on_device);
     at += it.bytes;
   }
 }
 
+// Host items are broadcast in place. Device items travel through host staging (see
+// elastic.hpp): rank 0 copies out, the host transport broadcasts, the others copy in.
 void State::Impl::broadcast_large() {
-  for (const Item& it : items)
-    if (it.bytes > kCoalesceBytes) ctx.comm().broadcast(it.data, it.bytes, DataType::u8, 0);
+  bool root = ctx.comm().rank() == 0;
+  for (const Item& it : items) {
+    if (it.bytes <= kCoalesceBytes) continue;
+    if (!it.on_device) {
+      ctx.comm().broadcast(it.data, it.bytes, DataType::u8, 0);
+      continue;
+    }
+    stage.resize(it.bytes);
+    if (root) ops->copy(stage.data(), it.data, it.bytes);
+    ctx.comm().broadcast(stage.data(), it.bytes, DataType::u8, 0);
+    if (!root) ops->copy(it.data, stage.data(), it.bytes);
+  }
 }
 
 State::State() : State(elasticrun::context()) {}
@@ -122,7 +164,7 @@ State::State(Context& ctx, ElasticHooks hooks) : impl_(std::make_unique<Impl>(ct
 
 State::~State() = default;
 
-void State::track_raw(std::string name, void* data, std::size_t count, DataType t) {
+void State::track_raw(std::string name, void* data, std::size_t count, DataType t, Snapshot snap) {
   if (name.empty()) throw Error("elastic state: an item needs a name");
   if (static_cast<int>(t) < 0 || static_cast<int>(t) > static_cast<int>(DataType::i64))
     throw Error("elastic state: item '" + name + "' has an invalid data type");
@@ -130,12 +172,22 @@ void State::track_raw(std::string name, void* data, std::size_t count, DataType 
   auto& items = impl_->items;
   if (std::any_of(items.begin(), items.end(), [&](const Item& it) { return it.name == name; }))
     throw Error("elastic state: item '" + name + "' is already tracked");
-  std::size_t offset = impl_->slots[0].size();
   std::size_t bytes = count * size_of(t);
-  items.push_back(Item{std::move(name), static_cast<std::byte*>(data), bytes, t, offset});
-  for (auto& slot : impl_->slots) slot.resize(offset + bytes);
+  MemoryOps& ops = *impl_->ops;
+  bool on_device = bytes > 0 && ops.where(data) == device::Memory::device;
+  if (snap == Snapshot::device && !on_device && bytes > 0)
+    throw Error("elastic state: item '" + name + "' asks for a device snapshot but is not in device memory");
+  Item it{std::move(name), static_cast<std::byte*>(data), bytes, t, on_device, 0, {}};
+  if (snap == Snapshot::device && bytes > 0) {
+    for (auto& slot : it.dev_slot)
+      slot = DeviceBuffer(static_cast<std::byte*>(ops.allocate_device(bytes, data)), DeviceFree{&ops});
+  } else {
+    it.offset = impl_->slots[0].size();
+    for (auto& slot : impl_->slots) slot.resize(it.offset + bytes);
+  }
   // Its snapshot starts as its value now, so restore() before any commit is defined.
-  if (bytes > 0) std::memcpy(impl_->slots[impl_->current].data() + offset, data, bytes);
+  impl_->move(impl_->snapshot_of(it, impl_->current), data, bytes, on_device);
+  items.push_back(std::move(it));
 }
 
 void State::commit() {
@@ -159,8 +211,7 @@ void State::commit() {
 
 void State::restore() {
   impl_->at_commit = false;
-  const auto& slot = impl_->slots[impl_->current];
-  for (const Item& it : impl_->items) std::memcpy(it.data, slot.data() + it.offset, it.bytes);
+  for (Item& it : impl_->items) impl_->move(it.data, impl_->snapshot_of(it, impl_->current), it.bytes, it.on_device);
 }
 
 void State::sync() {

@@ -53,6 +53,18 @@ Bytes make_nccl_unique_id() {
   return out;
 }
 
+void wait_stream_idle(cudaStream_t stream, const Watch& w) {
+  Backoff b;
+  for (;;) {
+    cudaError_t q = cudaStreamQuery(stream);
+    if (q == cudaSuccess) return;
+    if (classify(q) == Outcome::error) check_cuda(q, w.what + ": cudaStreamQuery");
+    if (w.abort) w.abort->check();
+    if (Clock::now() >= w.deadline) throw TimeoutError(w.what + ": not complete by its deadline");
+    b.pause();
+  }
+}
+
 NcclComm NcclComm::init(int nranks, int rank, const Bytes& id, const Watch& w) {
   if (id.size() != kNcclIdBytes) throw Error(w.what + ": unique id has " + std::to_string(id.size()) + " bytes");
   ncclUniqueId uid;

@@ -69,6 +69,11 @@ class NcclComm {
   ncclComm_t comm_ = nullptr;
 };
 
+// Polls until all work queued on `stream` finished, under `w` (abort signal, deadline),
+// for work that involves no communicator (memory copies). Throws Error on a CUDA error,
+// TimeoutError past the deadline; the stream's work stays queued then.
+void wait_stream_idle(cudaStream_t stream, const Watch& w);
+
 // rank 0's half of the id exchange: ncclGetUniqueId as bytes.
 Bytes make_nccl_unique_id();
 

@@ -14,3 +14,10 @@ TEST(CApi, CallsBeforeInitAreInvalidNotFatal) {
   EXPECT_EQ(er_barrier(), ER_INVALID);
   EXPECT_EQ(er_allreduce(&x, &x, 1, static_cast<er_datatype>(42), ER_SUM), ER_INVALID);
 }
+
+TEST(CApi, StateCallsBeforeInitAreInvalid) {
+  EXPECT_EQ(er_state_new(), nullptr);
+  float x = 1;
+  EXPECT_EQ(er_state_track_snapshot(nullptr, "x", &x, 1, ER_F32, ER_SNAPSHOT_DEVICE), ER_INVALID);
+  EXPECT_NE(std::string(er_last_error()).find("er_init"), std::string::npos);
+}

@@ -7,7 +7,10 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cstring>
+#include <map>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -52,6 +55,53 @@ void run_contexts(int n, const std::string& scope, const std::function<void(int,
 
 ElasticHooks quiet_hooks(std::function<void()> rejoin = [] {}) {
   return ElasticHooks{std::move(rejoin), [] { return false; }};
+}
+
+// Stands in for a GPU: "device memory" is heap memory this object handed out, and every
+// copy is counted by direction, so the State's choice of copies is visible.
+class FakeDevice final : public MemoryOps {
+ public:
+  ~FakeDevice() override {
+    for (auto& [p, n] : blocks_) delete[] static_cast<std::byte*>(p);
+  }
+  template <class T>
+  T* alloc(std::size_t count) {
+    return static_cast<T*>(allocate(count * sizeof(T)));
+  }
+  device::Memory where(const void* p) override {
+    auto* b = static_cast<const std::byte*>(p);
+    for (auto& [base, n] : blocks_)
+      if (b >= static_cast<std::byte*>(base) && b < static_cast<std::byte*>(base) + n) return device::Memory::device;
+    return device::Memory::host;
+  }
+  void copy(void* dst, const void* src, std::size_t bytes) override {
+    bool d = where(dst) == device::Memory::device, s = where(src) == device::Memory::device;
+    EXPECT_TRUE(d || s) << "a host-to-host copy went through MemoryOps";
+    ++copies[std::string(s ? "d" : "h") + "2" + (d ? "d" : "h")];
+    std::memcpy(dst, src, bytes);
+  }
+  void* allocate_device(std::size_t bytes, const void* near) override {
+    EXPECT_EQ(where(near), device::Memory::device);
+    return allocate(bytes);
+  }
+  void free_device(void* p) noexcept override {
+    blocks_.erase(p);
+    delete[] static_cast<std::byte*>(p);
+  }
+  std::size_t live() const { return blocks_.size(); }
+  std::map<std::string, int> copies;  // "d2h", "h2d", "d2d"
+
+ private:
+  void* allocate(std::size_t bytes) {
+    void* p = new std::byte[bytes];
+    blocks_[p] = bytes;
+    return p;
+  }
+  std::map<void*, std::size_t> blocks_;
+};
+
+ElasticHooks device_hooks(std::shared_ptr<FakeDevice> dev) {
+  return ElasticHooks{[] {}, [] { return false; }, std::move(dev)};
 }
 
 TEST(ElasticState, CommitRestoreRoundTrip) {
@@ -256,6 +306,98 @@ TEST(ElasticState, RunPropagatesAFailedRejoinAndOtherErrors) {
     EXPECT_THROW(run(removed, [](State&) { throw WorkersFailed("injected"); }), Error);
     State st(ctx, quiet_hooks());
     EXPECT_THROW(run(st, [](State&) { throw TimeoutError("injected"); }), TimeoutError);
+  });
+}
+
+TEST(ElasticDeviceState, DeviceItemsSnapshotToHostByDefault) {
+  run_contexts(1, "dev-host/", [](int, Context& ctx) {
+    auto dev = std::make_shared<FakeDevice>();
+    float* w = dev->alloc<float>(3);
+    std::fill(w, w + 3, 1.0f);
+    std::vector<float> host = {5, 6};
+    State st(ctx, device_hooks(dev));
+    st.track_raw("w", w, 3, DataType::f32);
+    st.track("host", std::span(host));
+    EXPECT_EQ(dev->copies["d2h"], 1);  // track() snapshots the item as it is
+    EXPECT_EQ(dev->live(), 1u);        // no device snapshot buffers
+
+    w[0] = 9;
+    st.restore();
+    EXPECT_EQ(w[0], 1.0f);
+    std::fill(w, w + 3, 2.0f);
+    host[1] = 60;
+    st.commit();
+    EXPECT_EQ(dev->copies["d2h"], 2);
+    std::fill(w, w + 3, -1.0f);
+    host[1] = -1;
+    st.restore();
+    EXPECT_EQ(std::vector<float>(w, w + 3), (std::vector<float>{2, 2, 2}));
+    EXPECT_EQ(host[1], 60);
+    EXPECT_EQ(dev->copies["h2d"], 2);
+    EXPECT_EQ(dev->copies["d2d"], 0);
+  });
+}
+
+TEST(ElasticDeviceState, DeviceSnapshotCopiesOnTheDevice) {
+  run_contexts(1, "dev-dev/", [](int, Context& ctx) {
+    auto dev = std::make_shared<FakeDevice>();
+    auto* w = dev->alloc<std::int64_t>(4);
+    std::fill(w, w + 4, 3);
+    {
+      State st(ctx, device_hooks(dev));
+      st.track_raw("w", w, 4, DataType::i64, Snapshot::device);
+      EXPECT_EQ(dev->live(), 3u);  // the item and its two snapshot slots
+      st.commit();
+      w[2] = 7;
+      st.commit();  // the slots alternate: the first commit's is overwritten only now
+      w[2] = 0;
+      st.restore();
+      EXPECT_EQ(w[2], 7);
+      EXPECT_EQ(dev->copies["d2h"] + dev->copies["h2d"], 0);
+      EXPECT_EQ(dev->copies["d2d"], 4);  // track, two commits, restore
+    }
+    EXPECT_EQ(dev->live(), 1u);  // the State freed its slots
+  });
+}
+
+TEST(ElasticDeviceState, DeviceSnapshotNeedsDeviceMemory) {
+  run_contexts(1, "dev-bad/", [](int, Context& ctx) {
+    auto dev = std::make_shared<FakeDevice>();
+    std::vector<float> host(4);
+    State st(ctx, device_hooks(dev));
+    EXPECT_THROW(st.track("host", std::span(host), Snapshot::device), Error);
+    EXPECT_EQ(dev->live(), 0u);
+  });
+}
+
+TEST(ElasticDeviceState, SyncBroadcastsDeviceItemsThroughHost) {
+  constexpr int n = 3;
+  run_contexts(n, "dev-sync/", [](int r, Context& ctx) {
+    auto dev = std::make_shared<FakeDevice>();
+    auto* small = dev->alloc<std::int64_t>(10);
+    constexpr std::size_t kLarge = 50000;  // 200 KB: the staged path
+    float* large = dev->alloc<float>(kLarge);
+    std::fill(small, small + 10, r * 100 + 1);
+    std::fill(large, large + kLarge, static_cast<float>(r + 1));
+    std::int32_t step = r + 7;
+    State st(ctx, device_hooks(dev));
+    st.track_raw("small", small, 10, DataType::i64);
+    st.track_raw("large", large, kLarge, DataType::f32, r == 1 ? Snapshot::device : Snapshot::host);
+    st.track_value("step", step);
+    st.sync();
+    EXPECT_EQ(small[9], 1) << "rank " << r;
+    EXPECT_EQ(large[0], 1.0f) << "rank " << r;
+    EXPECT_EQ(large[kLarge - 1], 1.0f) << "rank " << r;
+    EXPECT_EQ(step, 7) << "rank " << r;
+    // The root copies out, the others copy in; then everyone snapshots.
+    if (r != 0) {
+      EXPECT_EQ(dev->copies["h2d"], 2) << "rank " << r;
+    }
+    large[5] = -1;
+    small[0] = -1;
+    st.restore();
+    EXPECT_EQ(large[5], 1.0f) << "rank " << r;
+    EXPECT_EQ(small[0], 1) << "rank " << r;
   });
 }
 

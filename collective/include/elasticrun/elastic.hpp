@@ -13,10 +13,10 @@
 //   });
 //
 // The contract (Horovod's elastic State and run_fn):
-//   - commit() copies every tracked item into host memory, then asks every rank of the
+//   - commit() copies every tracked item into its snapshot, then asks every rank of the
 //     epoch whether the server announced new hosts; if any rank saw it, all ranks throw
 //     HostsUpdated at this same commit. Cost: one 4-byte allreduce per commit, plus a
-//     memcpy of the tracked bytes.
+//     copy of the tracked bytes.
 //   - restore() puts back the last snapshot. Snapshots are taken by commit(), by sync(),
 //     and by track() for the item it registers, so before the first commit restore()
 //     returns an item to its value at registration (or at the last sync()).
@@ -27,12 +27,29 @@
 //     state (it equals the commit) and re-joins. A HostsUpdated thrown anywhere else (a
 //     collective interrupted mid-step) restores too, since the step may be half done.
 //
+// Device (GPU) memory can be tracked like host memory: track() finds where a pointer
+// lives (device::memory_of). Its snapshot is in host memory by default (commit copies
+// device to host, restore host to device: it survives a GPU error and costs no GPU
+// memory), or, with Snapshot::device, in two device buffers the State allocates next to
+// the item (commit and restore are device-to-device copies: fast, but twice the item's
+// size in GPU memory, and lost with the GPU). sync() always travels through host memory
+// over the host transport: rank 0 copies the item to host, broadcasts it, the others
+// copy it to their device. That needs no second NCCL communicator next to the
+// application's, and a sync happens once per reset, not per step. Copies go on the
+// item's device's legacy default stream, so they follow the caller's earlier work there
+// and on every blocking stream; work on a cudaStreamNonBlocking stream must be
+// synchronised by the caller before commit(). commit(), restore() and sync() return once
+// their copies are complete. A copy is bounded by ELASTICRUN_COLLECTIVE_TIMEOUT but is
+// not interrupted by an abort (restore() runs while the epoch's abort is still raised).
+//
 // Tracked memory is referenced, not owned: it must stay where it is (do not resize a
 // tracked vector) for the State's lifetime. Every rank must track the same names, sizes
-// and types in the same order; sync() checks this and throws Error if they differ.
+// and types in the same order; sync() checks this and throws Error if they differ
+// (the snapshot placement may differ between ranks).
 // A State is used by one thread at a time.
 #pragma once
 
+#include <elasticrun/device.hpp>
 #include <elasticrun/elasticrun.hpp>
 
 #include <cstddef>
@@ -47,11 +64,34 @@
 
 namespace elasticrun {
 
+// Where a tracked item's snapshot lives. Host-memory items always snapshot to host.
+enum class Snapshot { host, device };
+
+// The seam between State and memory: where a pointer lives and how bytes move between
+// host and device. The library's own (default_memory_ops()) uses CUDA when built with
+// the NCCL backend and plain memcpy otherwise; tests pass one that stands in for a GPU.
+class MemoryOps {
+ public:
+  virtual ~MemoryOps() = default;
+  virtual device::Memory where(const void* p) = 0;
+  // Copies `bytes` from `src` to `dst`, each in host or device memory; returns once the
+  // copy is complete. Throws Error (or TimeoutError) on failure.
+  virtual void copy(void* dst, const void* src, std::size_t bytes) = 0;
+  // `bytes` of device memory on the device that holds `near` (a device pointer).
+  virtual void* allocate_device(std::size_t bytes, const void* near) = 0;
+  virtual void free_device(void* p) noexcept = 0;
+};
+
+// This build's MemoryOps (shared, stateless from the caller's view).
+std::shared_ptr<MemoryOps> default_memory_ops();
+
 // The seam between State and the control plane. Empty members mean the Context's own
-// rejoin() and hosts_updated(); tests replace them to simulate resets in one process.
+// rejoin() and hosts_updated(), and default_memory_ops(); tests replace them to simulate
+// resets and device memory in one process.
 struct ElasticHooks {
   std::function<void()> rejoin;
   std::function<bool()> hosts_updated;
+  std::shared_ptr<MemoryOps> memory;
 };
 
 class State {
@@ -63,16 +103,17 @@ class State {
   State(const State&) = delete;
   State& operator=(const State&) = delete;
 
-  // Registers `count` elements of type `t` at `data`. Names are unique (Error otherwise);
-  // registration order is the order of sync().
-  void track_raw(std::string name, void* data, std::size_t count, DataType t);
+  // Registers `count` elements of type `t` at `data`, in host or device memory. Names
+  // are unique (Error otherwise); registration order is the order of sync().
+  // Snapshot::device needs `data` in device memory (Error otherwise).
+  void track_raw(std::string name, void* data, std::size_t count, DataType t, Snapshot snap = Snapshot::host);
 
   template <class T>
-  void track(std::string name, std::span<T> buf) {
+  void track(std::string name, std::span<T> buf, Snapshot snap = Snapshot::host) {
     if constexpr (std::is_same_v<std::remove_cv_t<T>, std::byte>) {
-      track_raw(std::move(name), buf.data(), buf.size(), DataType::u8);
+      track_raw(std::move(name), buf.data(), buf.size(), DataType::u8, snap);
     } else {
-      track_raw(std::move(name), buf.data(), buf.size(), dtype_of_v<std::remove_cv_t<T>>);
+      track_raw(std::move(name), buf.data(), buf.size(), dtype_of_v<std::remove_cv_t<T>>, snap);
     }
   }
   // A trivially copyable scalar or struct, kept as raw bytes.

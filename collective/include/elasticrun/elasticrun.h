@@ -73,8 +73,15 @@ typedef struct er_state er_state;
 /* NULL on error (not initialised, out of memory); er_last_error() says why. */
 er_state* er_state_new(void);
 void er_state_free(er_state* st);
-/* `count` elements of `type`; names are unique per state. */
+/* `count` elements of `type`, in host or device (CUDA) memory; names are unique per
+ * state. A device buffer's snapshot is kept in host memory. */
 int er_state_track(er_state* st, const char* name, void* ptr, size_t count, er_datatype type);
+/* Where a device buffer's snapshot lives: host memory (what er_state_track does), or
+ * two device buffers the state allocates (fast device-to-device commit and restore,
+ * twice the buffer's size in GPU memory). ER_SNAPSHOT_DEVICE on host memory fails. */
+typedef enum { ER_SNAPSHOT_HOST = 0, ER_SNAPSHOT_DEVICE = 1 } er_snapshot;
+int er_state_track_snapshot(er_state* st, const char* name, void* ptr, size_t count, er_datatype type,
+                            er_snapshot snapshot);
 /* Snapshot; returns ER_HOSTS_UPDATED on every rank at the same commit when hosts were added. */
 int er_state_commit(er_state* st);
 int er_state_restore(er_state* st);

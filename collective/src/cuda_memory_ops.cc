@@ -1,0 +1,80 @@
+#include "cuda_memory_ops.h"
+
+#include "nccl_comm.h"
+#include "nccl_communicator.h"
+#include "nccl_errors.h"
+
+#include <cuda_runtime_api.h>
+
+#include <string>
+
+namespace elasticrun::collective {
+namespace {
+
+// The device a device pointer lives on, or -1 for host memory.
+int device_of(const void* p) {
+  if (!p) return -1;
+  cudaPointerAttributes attr{};
+  if (cudaPointerGetAttributes(&attr, p) != cudaSuccess) {
+    cudaGetLastError();
+    return -1;
+  }
+  bool dev = attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged;
+  return dev ? attr.device : -1;
+}
+
+// Makes `device` current for its lifetime (if it is one), then puts the previous back.
+class DeviceScope {
+ public:
+  explicit DeviceScope(int device) {
+    if (device < 0 || cudaGetDevice(&previous_) != cudaSuccess) return;
+    check_cuda(cudaSetDevice(device), "elastic state: cudaSetDevice(" + std::to_string(device) + ")");
+  }
+  ~DeviceScope() {
+    if (previous_ >= 0) cudaSetDevice(previous_);
+  }
+  DeviceScope(const DeviceScope&) = delete;
+  DeviceScope& operator=(const DeviceScope&) = delete;
+
+ private:
+  int previous_ = -1;
+};
+
+class CudaMemoryOps final : public MemoryOps {
+ public:
+  explicit CudaMemoryOps(std::chrono::milliseconds timeout) : timeout_(timeout) {}
+
+  device::Memory where(const void* p) override { return nccl_memory_of(p); }
+
+  void copy(void* dst, const void* src, std::size_t bytes) override {
+    int dev = device_of(dst);
+    if (dev < 0) dev = device_of(src);
+    DeviceScope scope(dev);
+    check_cuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, cudaStreamLegacy),
+               "elastic state: cudaMemcpyAsync");
+    // No abort signal: restore() runs while the failed epoch's abort is still raised.
+    wait_stream_idle(cudaStreamLegacy, Watch{nullptr, Clock::now() + timeout_, "elastic state: copy"});
+  }
+
+  void* allocate_device(std::size_t bytes, const void* near) override {
+    DeviceScope scope(device_of(near));
+    void* p = nullptr;
+    check_cuda(cudaMalloc(&p, bytes), "elastic state: cudaMalloc(" + std::to_string(bytes) + ") for a device snapshot");
+    return p;
+  }
+
+  void free_device(void* p) noexcept override {
+    if (p) cudaFree(p);
+  }
+
+ private:
+  std::chrono::milliseconds timeout_;
+};
+
+}  // namespace
+
+std::shared_ptr<MemoryOps> make_cuda_memory_ops(std::chrono::milliseconds timeout) {
+  return std::make_shared<CudaMemoryOps>(timeout);
+}
+
+}  // namespace elasticrun::collective
