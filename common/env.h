@@ -21,5 +21,10 @@ inline constexpr const char* kAlgorithm = "ELASTICRUN_ALGORITHM";  // auto|ring|
 inline constexpr const char* kProgress = "ELASTICRUN_PROGRESS";    // auto|busy|block
 inline constexpr const char* kCollectiveTimeout = "ELASTICRUN_COLLECTIVE_TIMEOUT";  // seconds
 inline constexpr const char* kLogLevel = "ELASTICRUN_LOG_LEVEL";  // error|warn|info|debug
+// The CUDA device index a worker uses (among its visible ones). elasticrund sets it from
+// the slot when the host has GPUs, unless the user set it or CUDA_VISIBLE_DEVICES.
+inline constexpr const char* kDevice = "ELASTICRUN_DEVICE";
+// 0: a device communicator never shrinks, every epoch builds a fresh one (default 1).
+inline constexpr const char* kNcclShrink = "ELASTICRUN_NCCL_SHRINK";
 
 }  // namespace elasticrun::env

@@ -1,6 +1,7 @@
 // The public device API (device.hpp) on top of the backend factory.
 #include "context_internal.h"
 #include "device_factory.h"
+#include "device_rebuild.h"
 #include "nccl_id_exchange.h"
 
 #include <elasticrun/device.hpp>
@@ -50,8 +51,13 @@ Communicator* Collectives::device_for(const void* buf) {
   if (memory_of(buf) != Memory::device) return nullptr;
   std::uint64_t epoch = ctx_.topology().epoch;
   if (!dev_ || dev_epoch_ != epoch) {
-    dev_.reset();  // the old epoch's communicator goes before the new one is built
-    dev_ = make_communicator(ctx_);
+    // Shrink the old epoch's communicator when the new epoch only removed ranks, else
+    // build afresh (device_rebuild.h). On an error dev_ stays empty: the next epoch
+    // starts afresh.
+    collective::DeviceBackend backend{collective::device_can_shrink, collective::shrink_device_communicator,
+                                      [this] { return make_communicator(ctx_); }};
+    dev_ = collective::rebuild(ctx_.comm(), std::move(dev_), dev_epoch_, epoch,
+                               collective::shrink_enabled_from_env(), backend);
     dev_epoch_ = epoch;
   }
   return dev_.get();

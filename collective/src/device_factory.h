@@ -13,6 +13,7 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 
 namespace elasticrun::collective {
@@ -32,6 +33,11 @@ IdExchange store_id_exchange(std::shared_ptr<Store> store, std::string scope, in
 // Throws Error when the build has no NCCL backend.
 std::unique_ptr<device::Communicator> make_device_communicator(const DeviceCommConfig& cfg, const IdExchange& exchange,
                                                                std::shared_ptr<AbortSignal> abort);
+// ncclCommShrink seam (nccl_communicator.h); without NCCL can_shrink is false and
+// shrink throws Error.
+bool device_can_shrink(device::Communicator& c);
+std::unique_ptr<device::Communicator> shrink_device_communicator(device::Communicator& old,
+                                                                 std::span<const int> excluded);
 device::Memory device_memory_of(const void* p);
 bool device_available(std::string* why);
 // The elastic State's memory seam: CUDA copies with the backend, memcpy without.

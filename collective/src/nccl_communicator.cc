@@ -64,6 +64,8 @@ class NcclCommunicator final : public device::Communicator {
     });
   }
 
+  bool alive() const { return static_cast<bool>(comm_); }
+
   // The survivors' communicator without `excluded` (NCCL_SHRINK_ABORT); this one is spent.
   std::unique_ptr<NcclCommunicator> shrink(std::span<const int> excluded) {
     auto next = std::unique_ptr<NcclCommunicator>(new NcclCommunicator(*this));
@@ -126,6 +128,11 @@ std::unique_ptr<device::Communicator> shrink_nccl_communicator(device::Communica
   auto* nccl = dynamic_cast<NcclCommunicator*>(&old);
   if (!nccl) throw Error("nccl shrink: not an NCCL communicator");
   return nccl->shrink(excluded);
+}
+
+bool nccl_can_shrink(device::Communicator& c) {
+  auto* nccl = dynamic_cast<NcclCommunicator*>(&c);
+  return nccl && nccl->alive();
 }
 
 device::Memory nccl_memory_of(const void* p) {

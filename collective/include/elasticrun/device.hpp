@@ -14,8 +14,12 @@
 // on abort or deadline. After any such error the communicator is unusable: make a new one
 // after Context::rejoin() (Collectives does this by itself when the epoch changes).
 //
-// Device choice: device `local_rank % device_count` among the visible ones
-// (CUDA_VISIBLE_DEVICES; the daemon may give each worker its own), or ELASTICRUN_DEVICE=N.
+// Device choice: ELASTICRUN_DEVICE=N (an index among the visible ones) when set, which
+// the daemon does per worker (slot % GPUs, stable across epochs) unless the user set it
+// or CUDA_VISIBLE_DEVICES; otherwise `local_rank % device_count`.
+//
+// At a new epoch that only removed ranks, Collectives shrinks the previous communicator
+// (ncclCommShrink) instead of building one afresh; ELASTICRUN_NCCL_SHRINK=0 disables it.
 #pragma once
 
 #include <elasticrun/elasticrun.hpp>
