@@ -3,6 +3,7 @@
 #include "common/env.h"
 #include "common/log.h"
 #include "common/shm_dirs.h"
+#include "daemon/device_hint.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -141,6 +142,8 @@ void Supervisor::on_spawn(const msg::Spawn& s) {
   set(env::kEpoch, std::to_string(s.epoch));
   set(env::kRank, std::to_string(s.rank));
   set(env::kSize, std::to_string(s.size));
+  // A GPU per slot (stable across epochs, unlike local_rank), unless the user chose.
+  if (auto device = worker_device_hint(static_cast<int>(s.slot), s.env)) set(env::kDevice, std::to_string(*device));
   // Later entries win: dedupe keeping the last occurrence of each key.
   std::map<std::string, std::string> merged;
   for (const auto& kv : spec.env)
