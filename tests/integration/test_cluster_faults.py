@@ -5,15 +5,18 @@ bit-identical to an uninterrupted single process's, with every commit counted on
 bounds the time from the fault to training progressing again: the first commit that rank 0
 reports in the new epoch, read live from the job's output.
 
-What detects each fault (HEAD of cmd/ and rendezvous/ when this was written):
+What detects each fault (as of commit f6cece2):
 - cut cable: the driver's SSH connection to that host is silent, and only TCP keep-alives
-  notice it: 10 s idle + 2 probes 5 s apart (cmd/ssh_daemon.cc, keep_alive()), so about
-  20 s. Nothing else does: the rendezvous server sets no keep-alive or timeout on worker
-  connections (rendezvous/session.cc), and UCX endpoints use UCP_ERR_HANDLING_MODE_NONE
-  (collective/src/ucx_transport.cc), so the survivors sit in their allreduce until the
-  driver's abort. That only works while ELASTICRUN_COLLECTIVE_TIMEOUT (60 s in these tests,
-  conftest.py; 300 s by default) is longer than the keep-alive bound: a collective that
-  times out ends the worker with an error, and its (healthy) host is blacklisted.
+  notice it: 10 s idle + 2 probes 5 s apart, with TCP_USER_TIMEOUT at the same 20 s for
+  unacknowledged data (net::keep_alive() in common/socket_options.cc, called by
+  cmd/ssh_daemon.cc), so about 20 s. Nothing else does: the rendezvous server sets no
+  keep-alive or timeout on worker connections (rendezvous/session.cc), and UCX endpoints
+  use UCP_ERR_HANDLING_MODE_NONE (collective/src/ucx_transport.cc), so the survivors sit in
+  their allreduce until the driver's abort. That only works while ELASTICRUN_COLLECTIVE_TIMEOUT is longer than the
+  keep-alive bound: a collective that times out ends the worker with an error (elastic::run
+  retries only WorkersFailed and HostsUpdated), and its healthy host is blacklisted. These
+  tests pass conftest.py's 60 s on to the remote workers with -x (remote workers see only
+  -x variables; without it they would wait the default 300 s).
 - sshd down: the connection is refused at once; the host is blacklisted at launch.
 - daemon killed: sshd closes the channel at once; the workers die with their daemon
   (PR_SET_PDEATHSIG), so the survivors are told within milliseconds.
@@ -38,12 +41,11 @@ from test_ssh import CLUSTER, UCX_ACROSS_HOSTS
 
 SGD = EXAMPLES / "elastic_sgd"
 N = 3
-HOSTS = [f"10.77.0.{10 + k}" for k in range(1, N + 1)]
 # One slot per host: three workers on this machine's two cores.
 ARGS = ["--steps", 200, "--dim", 64, "--batch", 48, "--commit-every", 5]
 
 # Bounds on the time from the fault to rank 0's first commit in the new epoch.
-CUT_RECOVERY_S = 30.0  # the SSH keep-alive bound (~20 s, see above) + margin for a loaded machine
+CUT_RECOVERY_S = 30.0  # the SSH keep-alive bound (20 s, see above) + margin for a loaded machine
 KILL_RECOVERY_S = 5.0  # a closed channel is seen at once; the rest is re-joining
 
 
@@ -106,9 +108,9 @@ class Watched:
     def __init__(self, job, cluster, tmp_path, args):
         directory, env = cluster
         self.events_file = tmp_path / "events"
-        self.p = job.start(["-x", "ER_TEST_TAG", *UCX_ACROSS_HOSTS, "--min-np", 2,
-                            "--host-discovery-script", directory / "discover", "--events", self.events_file,
-                            *args], env=env)
+        self.p = job.start(["-x", "ER_TEST_TAG", "-x", "ELASTICRUN_COLLECTIVE_TIMEOUT", *UCX_ACROSS_HOSTS,
+                            "--min-np", 2, "--host-discovery-script", directory / "discover",
+                            "--events", self.events_file, *args], env=env)
         self.job = job
         self.lines = []  # (monotonic time, "out" | "err", line)
         self.lock = threading.Lock()
