@@ -94,6 +94,27 @@ void Job::on_worker_failed(const Place& p, const std::string& why) {
   reconcile();
 }
 
+// A worker gave up on the current epoch before the driver saw any failure. Usually what
+// it saw (a peer's death) reaches the driver within moments as an exit or a lost daemon,
+// and that starts the next epoch. If nothing does, the epoch is broken for everyone (a
+// collective timed out on a silent peer): start the next one with the members there are,
+// rather than leave them waiting in re-join. Nobody is blacklisted for it.
+void Job::on_epoch_abandoned(const Place& p, std::uint64_t epoch) {
+  if (!opts_.elastic || exit_code_ >= 0 || epoch != assignment_.epoch || abandon_pending_) return;
+  abandon_pending_ = true;
+  std::string who = describe(p);
+  abandon_timer_.expires_after(std::chrono::seconds(2));
+  abandon_timer_.async_wait([this, who, epoch](boost::system::error_code ec) {
+    abandon_pending_ = false;
+    if (ec || exit_code_ >= 0 || epoch != assignment_.epoch || waiting_for_slots_) return;
+    fmt::print(stderr, "elasticrun: {} gave up on epoch {} and nothing failed meanwhile; starting a new epoch\n", who,
+               epoch);
+    epoch_broken_ = true;
+    broken_reason_ = fmt::format("{} gave up on epoch {} (a collective failed or timed out)", who, epoch);
+    reconcile();
+  });
+}
+
 void Job::remove_worker(const Place& p) {
   auto it = workers_.find(p);
   if (it == workers_.end() || it->second.removed) return;

@@ -43,7 +43,8 @@ rendezvous::MembershipConfig membership_config(const Options& o) {
 Job::Job(Options opts)
     : opts_(std::move(opts)), secret_(auth::random_secret()), membership_(membership_config(opts_)),
       output_(opts_.output_dir), signals_(io_, SIGINT, SIGTERM, SIGHUP), join_timer_(io_), elastic_timer_(io_),
-      stop_timer_(io_), cooldown_timer_(io_) {}
+      stop_timer_(io_), cooldown_timer_(io_), abandon_timer_(io_),
+      heartbeat_timer_(io_) {}
 
 Job::~Job() = default;
 
@@ -83,6 +84,9 @@ Result<void> Job::start() {
   cwd_ = cwd;
   rendezvous::Server::Callbacks cb;
   cb.on_worker_joined = [this](const rendezvous::WorkerPlace& p, std::uint64_t e) { on_joined(p, e); };
+  cb.on_epoch_abandoned = [this](const rendezvous::WorkerPlace& p, std::uint64_t e) {
+    on_epoch_abandoned({p.host, p.slot}, e);
+  };
   cb.on_worker_lost = [this](const rendezvous::WorkerPlace& p, std::uint64_t) {
     // The exit report from the daemon follows; acting on the lost connection already
     // makes recovery start as soon as the process is gone.
@@ -239,7 +243,7 @@ void Job::finish(int code, const std::string& message) {
   exit_code_ = code;
   if (!message.empty()) fmt::print(stderr, "elasticrun: {}\n", message);
   events_.emit("job_finished", {{"status", code}, {"message", message}, {"resets", resets_}});
-  for (auto* t : {&join_timer_, &elastic_timer_, &cooldown_timer_}) t->cancel();
+  for (auto* t : {&join_timer_, &elastic_timer_, &cooldown_timer_, &abandon_timer_, &heartbeat_timer_}) t->cancel();
   if (watcher_) watcher_->stop();
   if (server_) server_->notify_all(msg::NotifyKind::shutdown, message.empty() ? "job finished" : message);
   for (auto& [h, d] : daemons_) d->shutdown(std::chrono::milliseconds(2000));
@@ -252,6 +256,17 @@ void Job::finish(int code, const std::string& message) {
     io_.stop();
   });
   maybe_done();
+}
+
+// Daemons stop their workers when they hear nothing for msg::kHeartbeatTimeout.
+void Job::heartbeat() {
+  heartbeat_timer_.expires_after(msg::kHeartbeatInterval);
+  heartbeat_timer_.async_wait([this](boost::system::error_code ec) {
+    if (ec || exit_code_ >= 0) return;
+    for (auto& [h, d] : daemons_)
+      if (!d->closed()) d->send(msg::Heartbeat{});
+    heartbeat();
+  });
 }
 
 void Job::maybe_done() {
@@ -270,6 +285,7 @@ int Job::run() {
     finish(128 + sig, fmt::format("interrupted by SIG{}; stopping all workers", sigabbrev_np(sig)));
   });
   if (auto ok = start(); !ok) finish(exit_code::kLaunchFailed, ok.error());
+  else heartbeat();
   io_.run();
   daemons_.clear();
   return exit_code_ < 0 ? exit_code::kLaunchFailed : exit_code_;

@@ -56,6 +56,7 @@ class Job {
   void on_joined(const rendezvous::WorkerPlace& p, std::uint64_t epoch);
   void finish(int code, const std::string& message);
   void maybe_done();
+  void heartbeat();
   Worker* worker(const std::string& host, std::uint32_t slot);
   std::string describe(const Place& p) const;
 
@@ -63,6 +64,7 @@ class Job {
   void start_watcher();
   void on_hosts(const std::vector<discovery::Host>& hosts);
   void on_worker_failed(const Place& p, const std::string& why);
+  void on_epoch_abandoned(const Place& p, std::uint64_t epoch);
   void reconcile();
   void begin_epoch(rendezvous::Plan plan, msg::NotifyKind kind, const std::string& reason);
   void remove_worker(const Place& p);
@@ -86,7 +88,9 @@ class Job {
   OutputRouter output_;
   EventLog events_;
   boost::asio::signal_set signals_;
-  boost::asio::steady_timer join_timer_, elastic_timer_, stop_timer_, cooldown_timer_;
+  boost::asio::steady_timer join_timer_, elastic_timer_, stop_timer_, cooldown_timer_, abandon_timer_,
+      heartbeat_timer_;
+  bool abandon_pending_ = false;
   bool waiting_for_slots_ = false;
   bool epoch_broken_ = false;  // a failure happened since the current epoch started
   std::string broken_reason_;

@@ -1,12 +1,17 @@
 #include "cmd/options.h"
 
+#include "common/env.h"
+
 #include <boost/program_options.hpp>
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <charconv>
 #include <cstdlib>
+#include <cstring>
 #include <sstream>
+
+extern char** environ;
 
 namespace elasticrun::cmd {
 namespace {
@@ -148,6 +153,22 @@ Result<void> parse_ssh(const po::variables_map& vm, SshOptions& s) {
   return {};
 }
 
+// The default forwarding policy (env::kForwarded); -x entries come after, and win.
+std::vector<std::string> forwarded_environment() {
+  std::vector<std::string> out;
+  for (char** e = environ; *e; ++e) {
+    std::string_view kv(*e);
+    auto eq = kv.find('=');
+    if (eq == std::string_view::npos || eq == 0) continue;
+    std::string_view name = kv.substr(0, eq);
+    bool pass = false;
+    for (const char* p : env::kForwardedPrefixes) pass = pass || (name.starts_with(p) && name.size() > std::strlen(p));
+    for (const char* n : env::kForwarded) pass = pass || name == n;
+    if (pass) out.emplace_back(kv);
+  }
+  return out;
+}
+
 Result<void> parse_daemon(const po::variables_map& vm, Options& o) {
   std::string port;
   if (vm.count("daemon-port")) port = std::to_string(vm["daemon-port"].as<int>());
@@ -259,6 +280,7 @@ Result<ParseOutcome> parse_options(int argc, const char* const* argv) {
   if (vm.count("daemon-path")) o.daemon_path = vm["daemon-path"].as<std::string>();
   if (vm.count("verbose")) o.log_level = "info";
   if (vm.count("log-level")) o.log_level = vm["log-level"].as<std::string>();
+  o.env = forwarded_environment();
   if (vm.count("env")) {
     for (const auto& v : vm["env"].as<std::vector<std::string>>()) {
       if (v.empty() || v[0] == '=') return fail(fmt::format("-x '{}': expected VAR or VAR=VALUE", v));

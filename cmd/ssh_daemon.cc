@@ -99,6 +99,8 @@ Result<Session> SshDaemon::connect() {
   // The user's ssh config first, so that explicit flags set after it win.
   if (ssh_options_parse_config(s.get(), opts_.config_file.empty() ? nullptr : opts_.config_file.c_str()) < 0)
     return fail("ssh: cannot read config '" + opts_.config_file + "'");
+  // A LogLevel in the config would let libssh write to our stderr; ours decides.
+  ssh_options_set(s.get(), SSH_OPTIONS_LOG_VERBOSITY, &quiet);
   if (!user.empty()) ssh_options_set(s.get(), SSH_OPTIONS_USER, user.c_str());
   if (opts_.port > 0) ssh_options_set(s.get(), SSH_OPTIONS_PORT, &opts_.port);
   if (!opts_.known_hosts.empty()) ssh_options_set(s.get(), SSH_OPTIONS_KNOWNHOSTS, opts_.known_hosts.c_str());

@@ -27,4 +27,11 @@ inline constexpr const char* kDevice = "ELASTICRUN_DEVICE";
 // 0: a device communicator never shrinks, every epoch builds a fresh one (default 1).
 inline constexpr const char* kNcclShrink = "ELASTICRUN_NCCL_SHRINK";
 
+// What elasticrun passes from its own environment to every worker on every host
+// (local workers inherit the rest too; remote ones get only this and -x): the
+// library's settings above, and the transports' (names starting UCX_ or NCCL_), so
+// that a job is tuned the same everywhere. -x VAR=VALUE overrides.
+inline constexpr const char* kForwarded[] = {kAlgorithm, kProgress, kCollectiveTimeout, kLogLevel, kNcclShrink};
+inline constexpr const char* kForwardedPrefixes[] = {"UCX_", "NCCL_"};
+
 }  // namespace elasticrun::env

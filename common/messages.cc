@@ -39,6 +39,7 @@ const char* type_name(std::uint8_t type) {
     case kOutput: return "output";
     case kExited: return "exited";
     case kSpawnFailed: return "spawn-failed";
+    case kHeartbeat: return "heartbeat";
     default: return "unknown";
   }
 }

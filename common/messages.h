@@ -5,6 +5,7 @@
 #include "common/frame.h"
 #include "common/wire.h"
 
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -17,7 +18,7 @@ enum Type : std::uint8_t {
   // worker <-> rendezvous server
   kJoin = 10, kJoinOk, kKvSet, kKvGet, kKvValue, kBarrier, kOk, kNotify, kLeave, kRejoin,
   // driver <-> daemon
-  kConfig = 30, kSpawn, kKill, kShutdown, kReady, kStarted, kOutput, kExited, kSpawnFailed,
+  kConfig = 30, kSpawn, kKill, kShutdown, kReady, kStarted, kOutput, kExited, kSpawnFailed, kHeartbeat,
 };
 
 struct Hello {
@@ -205,6 +206,17 @@ struct SpawnFailed {
   void encode(wire::Encoder& e) const { e.u32(slot).str(message); }
   static SpawnFailed decode(wire::Decoder& d) { return {d.u32(), d.str()}; }
 };
+
+// Driver -> daemon, every kHeartbeatInterval. A daemon that hears nothing from its
+// driver for kHeartbeatTimeout takes the driver for gone (a cut link that never comes
+// back shows no error on the daemon's side) and stops its workers.
+struct Heartbeat {
+  static constexpr Type kType = kHeartbeat;
+  void encode(wire::Encoder&) const {}
+  static Heartbeat decode(wire::Decoder&) { return {}; }
+};
+inline constexpr std::chrono::seconds kHeartbeatInterval{5};
+inline constexpr std::chrono::seconds kHeartbeatTimeout{30};
 
 template <class M>
 Frame to_frame(const M& m) {

@@ -21,8 +21,15 @@ namespace asio = boost::asio;
 Supervisor::Supervisor(asio::io_context& io, int in_fd, int out_fd, std::function<void(int)> on_done,
                        SupervisorOptions options)
     : io_(io), in_(io, in_fd), out_(io, in_fd == out_fd ? ::fcntl(out_fd, F_DUPFD_CLOEXEC, 3) : out_fd),
-      on_done_(std::move(on_done)), options_(std::move(options)), kill_timer_(io) {
+      on_done_(std::move(on_done)), options_(std::move(options)), kill_timer_(io), watchdog_(io) {
   if (!options_.state_dir.empty()) record_ = std::make_unique<JobRecord>(options_.state_dir);
+  // Tests shorten the watchdog; nothing else should need to.
+  if (const char* t = std::getenv("ELASTICRUN_DAEMON_HEARTBEAT_TIMEOUT"); t && *t) {
+    char* end = nullptr;
+    double s = std::strtod(t, &end);
+    if (end && *end == 0 && s > 0 && s < 1e6)
+      heartbeat_timeout_ = std::chrono::milliseconds(static_cast<long long>(s * 1000));
+  }
   WorkerEvents ev;
   ev.on_output = [this](std::uint32_t slot, int stream, std::span<const std::uint8_t> data) {
     send(msg::Output{slot, static_cast<std::uint8_t>(stream), wire::Bytes(data.begin(), data.end())});
@@ -65,6 +72,7 @@ void Supervisor::remove_shm_dir(std::uint32_t slot) {
 
 void Supervisor::start() {
   send(msg::Ready{static_cast<std::uint32_t>(::getpid()), ""});
+  watch_driver();
   read();
 }
 
@@ -81,6 +89,7 @@ void Supervisor::read() {
       stop(std::chrono::milliseconds(1000), 1);
       return;
     }
+    if (parser_.has_frame()) watch_driver();
     while (parser_.has_frame()) {
       Frame f = parser_.pop();
       try {
@@ -92,6 +101,19 @@ void Supervisor::read() {
       }
     }
     read();
+  });
+}
+
+// Any frame from the driver proves it is there; silence for kHeartbeatTimeout (the
+// driver sends heartbeats far more often) means it is gone or cut off.
+void Supervisor::watch_driver() {
+  watchdog_.expires_after(heartbeat_timeout_);
+  watchdog_.async_wait([this](boost::system::error_code ec) {
+    if (ec || stopping_) return;
+    ER_LOG(daemon, warn, "no word from the driver for {:.1f} s; stopping all workers",
+           std::chrono::duration<double>(heartbeat_timeout_).count());
+    out_broken_ = true;
+    stop(std::chrono::milliseconds(1000), 1);
   });
 }
 
@@ -114,6 +136,7 @@ void Supervisor::handle(const Frame& f) {
       else launcher_->signal(k.slot, k.signal);
       return;
     }
+    case msg::kHeartbeat: msg::parse<msg::Heartbeat>(f); return;  // any frame re-arms the watchdog
     case msg::kShutdown: {
       auto s = msg::parse<msg::Shutdown>(f);
       stop(std::chrono::milliseconds(std::min<std::uint32_t>(s.grace_ms, 60000)), 0);
@@ -180,6 +203,7 @@ void Supervisor::finish_if_idle() {
   if (!out_broken_ && !wqueue_.empty()) return;  // flush reports first; write_next calls back
   done_ = true;
   kill_timer_.cancel();
+  watchdog_.cancel();
   boost::system::error_code ec;
   in_.close(ec);
   out_.close(ec);

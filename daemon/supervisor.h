@@ -43,6 +43,7 @@ class Supervisor {
  private:
   void read();
   void handle(const Frame& f);
+  void watch_driver();
   void on_spawn(const msg::Spawn& s);
   template <class M>
   void send(const M& m) {
@@ -67,7 +68,8 @@ class Supervisor {
   bool out_broken_ = false;
   bool stopping_ = false;
   int exit_code_ = 0;
-  boost::asio::steady_timer kill_timer_;
+  boost::asio::steady_timer kill_timer_, watchdog_;
+  std::chrono::milliseconds heartbeat_timeout_ = msg::kHeartbeatTimeout;
   bool done_ = false;
   std::map<std::uint32_t, std::string> shm_dirs_;
   std::uint64_t spawned_ = 0;

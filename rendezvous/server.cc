@@ -135,6 +135,7 @@ void Server::on_join(const std::shared_ptr<Session>& s, const msg::Join& j) {
 void Server::on_rejoin(const std::shared_ptr<Session>& s, const msg::Rejoin& r) {
   if (r.min_epoch <= assignment_.epoch) return answer_rejoin(s, r.req);
   rejoins_.push_back(PendingRejoin{s, r.req, r.min_epoch});
+  if (cb_.on_epoch_abandoned && s->place()) cb_.on_epoch_abandoned(*s->place(), assignment_.epoch);
 }
 
 void Server::answer_rejoin(const std::shared_ptr<Session>& s, std::uint64_t req) {

@@ -36,6 +36,9 @@ class Server {
     // A joined worker's connection closed without a leave message.
     std::function<void(const WorkerPlace&, std::uint64_t epoch)> on_worker_lost;
     std::function<void(const WorkerPlace&, std::uint64_t epoch)> on_worker_joined;
+    // A worker of the current `epoch` asked for a later one: it saw the epoch fail (a
+    // collective timed out, a transport error) before anything told the driver.
+    std::function<void(const WorkerPlace&, std::uint64_t epoch)> on_epoch_abandoned;
   };
 
   Server(boost::asio::io_context& io, const auth::Secret& secret,

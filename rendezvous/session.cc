@@ -1,6 +1,7 @@
 #include "rendezvous/session.h"
 
 #include "common/log.h"
+#include "common/socket_options.h"
 #include "rendezvous/server.h"
 
 namespace elasticrun::rendezvous {
@@ -13,6 +14,8 @@ Session::Session(Server& server, asio::ip::tcp::socket socket)
   auto ep = socket_.remote_endpoint(ec);
   peer_ = ec ? "?" : ep.address().to_string() + ":" + std::to_string(ep.port());
   socket_.set_option(asio::ip::tcp::no_delay(true), ec);
+  // A worker behind a cut link is noticed (its place fails) within about 20 s.
+  net::keep_alive(socket_.native_handle());
 }
 
 void Session::start(std::chrono::milliseconds handshake_timeout) {

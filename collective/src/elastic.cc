@@ -252,6 +252,10 @@ void run_loop(State& state, const std::function<void()>& body) {
       return;
     } catch (const WorkersFailed&) {
       state.restore();
+    } catch (const TimeoutError&) {
+      // A peer went silent (a cut link, a hung process): treat it as a failure. The
+      // re-join tells the server this epoch is broken; the driver forms the next one.
+      state.restore();
     } catch (const HostsUpdated&) {
       if (!state.interrupted_at_commit()) state.restore();
     }

@@ -1,5 +1,7 @@
 #include "rendezvous_client.h"
 
+#include "common/socket_options.h"
+
 #include <elasticrun/types.hpp>
 
 #include <netdb.h>
@@ -53,6 +55,7 @@ int connect_to(const std::string& addr, Clock::time_point deadline) {
       int flags = 0, one = 1;
       ::ioctl(fd, FIONBIO, &flags);
       ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+      net::keep_alive(fd);  // a driver behind a cut link is noticed, not waited for
       return fd;
     }
     last = std::strerror(errno);

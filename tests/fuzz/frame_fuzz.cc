@@ -107,6 +107,7 @@ void parse_all(const Frame& f) {
     case msg::kOutput: try_parse<msg::Output>(f); break;
     case msg::kExited: try_parse<msg::Exited>(f); break;
     case msg::kSpawnFailed: try_parse<msg::SpawnFailed>(f); break;
+    case msg::kHeartbeat: try_parse<msg::Heartbeat>(f); break;
     default: break;
   }
   if (f.type == msg::kLeave) try_parse<msg::Ok>(f);

@@ -500,3 +500,47 @@ def test_systemd_unit_command_line_starts_the_daemon(tmp_path):
         p.send_signal(signal.SIGTERM)
         p.communicate(timeout=10)
     assert p.returncode == 0
+
+
+# ---- the daemon's watchdog: a driver that falls silent is taken for gone ----
+
+def spawn_frames(command):
+    config = field(secrets.token_bytes(32)) + field(b"127.0.0.1:1") + field(b"localhost") + field(b"/")
+    argv = struct.pack("<I", len(command)) + b"".join(field(a.encode()) for a in command)
+    env = struct.pack("<I", 0)
+    spawn = struct.pack("<IQii", 0, 1, 0, 1) + argv + env
+    return frame(30, config) + frame(31, spawn)
+
+
+@pytest.mark.parametrize("beating", [True, False])
+def test_daemon_stops_workers_when_the_driver_falls_silent(job, beating):
+    """The driver sends a heartbeat every 5 s; a daemon that hears nothing for the
+    timeout (30 s; 1.5 s here) stops its workers and exits, as it does when its channel
+    closes. A cut link that never comes back shows no error on the daemon's side."""
+    env = {**job.env(), "ELASTICRUN_DAEMON_HEARTBEAT_TIMEOUT": "1.5"}
+    d = subprocess.Popen([str(ELASTICRUND), "--stdio"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, env=env)
+    try:
+        d.stdin.write(spawn_frames(["/bin/sleep", "60"]))
+        d.stdin.flush()
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and not [p for p in our_processes(job.tag) if p != d.pid]:
+            time.sleep(0.05)
+        assert [p for p in our_processes(job.tag) if p != d.pid], "the worker did not start"
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < 4:
+            if beating:
+                d.stdin.write(frame(39, b""))
+                d.stdin.flush()
+            if d.poll() is not None:
+                break
+            time.sleep(0.3)
+        if beating:
+            assert d.poll() is None, d.stderr.read().decode()
+        else:
+            assert d.poll() == 1
+            assert time.monotonic() - t0 < 3.5
+            assert b"no word from the driver for 1.5 s" in d.stderr.read()
+    finally:
+        d.stdin.close()
+        d.wait(timeout=10)

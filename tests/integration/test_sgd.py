@@ -139,3 +139,23 @@ def test_hosts_added_and_removed_keep_the_invariant(job, tmp_path):
     check(out, err, p.returncode, 3, reference())
     sizes = [e["size"] for e in epochs(job.events(ev))]
     assert sizes[0] == 2 and 4 in sizes and sizes[-1] == 3, sizes
+
+
+def test_silent_worker_alone_does_not_blacklist_the_healthy(job, tmp_path):
+    """A worker goes silent (SIGSTOP) and nothing else happens: no exit, no lost
+    connection, so only the collective timeout notices. The ranks that time out re-join
+    instead of exiting; the driver, seeing the epoch abandoned, starts the next one, in
+    which the silent worker fails to join and is the only one blacklisted."""
+    ev = tmp_path / "events"
+    p = job.start(["-np", 3, "--min-np", 2, "-H", "localhost:1,127.0.0.2:1,127.0.0.3:1", "--rendezvous-timeout", 2,
+                   "--events", ev, SGD, *ARGS, "--step-ms", 10], env={"ELASTICRUN_COLLECTIVE_TIMEOUT": "2"})
+    by_host = {host_of(pid): pid for pid in sgd_workers(job, 3)}
+    time.sleep(0.5)
+    os.kill(by_host["127.0.0.2"], signal.SIGSTOP)
+    out, err = p.communicate(timeout=120)
+    check(out, err, p.returncode, 2, reference())
+    events = job.events(ev)
+    blacklisted = [e["host"] for e in events if e["event"] == "host_blacklisted"]
+    assert blacklisted == ["127.0.0.2"], events
+    assert "gave up on epoch 1" in err, err
+    assert [e["size"] for e in epochs(events)] == [3, 3, 2], events

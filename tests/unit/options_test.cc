@@ -3,7 +3,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 
 namespace elasticrun::cmd {
@@ -36,7 +38,32 @@ TEST(Options, ShortOptionsWithAttachedValues) {
   ASSERT_TRUE(r.ok()) << r.error();
   EXPECT_EQ(r->options->hosts.size(), 1u);
   EXPECT_EQ(r->options->np, 2);
-  EXPECT_EQ(r->options->env, (std::vector<std::string>{"FOO=1", "BAR=2"}));
+  // After whatever the default policy forwards from this environment.
+  auto& env = r->options->env;
+  ASSERT_GE(env.size(), 2u);
+  EXPECT_EQ(std::vector<std::string>(env.end() - 2, env.end()), (std::vector<std::string>{"FOO=1", "BAR=2"}));
+}
+
+TEST(Options, ForwardsTheLibrarysAndTransportsSettingsByDefault) {
+  ::setenv("UCX_TLS", "tcp,self", 1);
+  ::setenv("NCCL_DEBUG", "WARN", 1);
+  ::setenv("ELASTICRUN_ALGORITHM", "ring", 1);
+  ::setenv("ELASTICRUN_SSH_KEY", "/secret/key", 1);  // the driver's own: not forwarded
+  ::setenv("ELASTICRUN_RANK", "7", 1);               // the daemon sets it per worker
+  ::setenv("UCX_", "nothing", 1);                    // a prefix alone is no name
+  auto r = parse({"-x", "UCX_TLS=shm", "prog"});
+  for (const char* v : {"UCX_TLS", "NCCL_DEBUG", "ELASTICRUN_ALGORITHM", "ELASTICRUN_SSH_KEY", "ELASTICRUN_RANK", "UCX_"})
+    ::unsetenv(v);
+  ASSERT_TRUE(r.ok()) << r.error();
+  const auto& env = r->options->env;
+  auto at = [&](const std::string& kv) { return std::find(env.begin(), env.end(), kv) - env.begin(); };
+  EXPECT_LT(at("UCX_TLS=tcp,self"), at("UCX_TLS=shm"));  // -x comes later: it wins
+  EXPECT_LT(at("UCX_TLS=shm"), static_cast<long>(env.size()));
+  EXPECT_LT(at("NCCL_DEBUG=WARN"), static_cast<long>(env.size()));
+  EXPECT_LT(at("ELASTICRUN_ALGORITHM=ring"), static_cast<long>(env.size()));
+  EXPECT_EQ(at("ELASTICRUN_SSH_KEY=/secret/key"), static_cast<long>(env.size()));
+  EXPECT_EQ(at("ELASTICRUN_RANK=7"), static_cast<long>(env.size()));
+  EXPECT_EQ(at("UCX_=nothing"), static_cast<long>(env.size()));
 }
 
 TEST(Options, NoPrefixGuessing) {

@@ -22,8 +22,9 @@
 //     returns an item to its value at registration (or at the last sync()).
 //   - sync() makes every rank hold rank 0's values and snapshots them. The launcher
 //     guarantees rank 0 of every epoch is a survivor that holds committed state.
-//   - run(state, fn) syncs, calls fn, and on WorkersFailed restores, re-joins, runs the
-//     on_reset callbacks and tries again; on HostsUpdated raised by commit() it keeps the
+//   - run(state, fn) syncs, calls fn, and on WorkersFailed or TimeoutError (a peer went
+//     silent: a cut link, a hung process) restores, re-joins, runs the on_reset callbacks
+//     and tries again; on HostsUpdated raised by commit() it keeps the
 //     state (it equals the commit) and re-joins. A HostsUpdated thrown anywhere else (a
 //     collective interrupted mid-step) restores too, since the step may be half done.
 //
@@ -144,7 +145,7 @@ class State {
 };
 
 // The retry loop behind run(): calls body until it returns or throws something other
-// than WorkersFailed / HostsUpdated. Errors of reset() (this worker was removed, no
+// than WorkersFailed / TimeoutError / HostsUpdated. Errors of reset() (this worker was removed, no
 // new epoch in time) propagate.
 void run_loop(State& state, const std::function<void()>& body);
 
