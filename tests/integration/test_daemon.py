@@ -454,6 +454,10 @@ def test_daemon_killed_on_one_host_job_continues(job, host_daemons, tmp_path):
     got = finals(out)
     assert len(got) == 2 and all(g == reference(args) for g in got), got
     assert "10.77.0.13" in err
+    # systemd would restart the daemon: the new one clears what the killed one left.
+    victim.start("0.0.0.0:7210", netns="er-h3")
+    victim.wait_log(r"reclaimed 1 job\(s\) left by an earlier daemon")
+    assert not list(Path("/dev/shm").glob(f"elasticrun.{job_pid}.*"))
 
 
 def test_systemd_unit_command_line_starts_the_daemon(tmp_path):
