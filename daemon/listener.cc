@@ -184,13 +184,14 @@ void Listener::start_job(tcp::socket socket, const auth::Secret& pad, const std:
   }
   // Everything the child needs is prepared before fork: after it, only
   // async-signal-safe calls until exec.
-  std::vector<std::string> args{options_.self_exe, "--stdio", "--job-pad-fd=3"};
+  std::vector<std::string> args{"elasticrund", "--stdio", "--job-pad-fd=3"};
   if (!options_.state_dir.empty()) args.push_back("--state-dir=" + options_.state_dir);
   if (!options_.log_level.empty()) args.push_back("--log-level=" + options_.log_level);
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
   int sock = socket.native_handle();
+  const char* exe = options_.self_exe.c_str();
   pid_t parent = ::getpid();
   pid_t pid = ::fork();
   if (pid == 0) {
@@ -203,7 +204,7 @@ void Listener::start_job(tcp::socket socket, const auth::Secret& pad, const std:
     sigset_t none;
     sigemptyset(&none);
     ::sigprocmask(SIG_SETMASK, &none, nullptr);
-    ::execv(argv[0], argv.data());
+    ::execv(exe, argv.data());
     ::_exit(127);
   }
   ::close(pipefd[0]);

@@ -33,7 +33,7 @@ struct ListenOptions {
   std::uint16_t port = 0;  // 0: any free port (tests)
   auth::Secret secret{};
   std::string state_dir;   // job records (see job_records.h)
-  std::string self_exe;    // this program, for job processes
+  std::string self_exe = "/proc/self/exe";  // the program job processes run
   std::string log_level;   // passed on to job processes
   std::chrono::milliseconds handshake_timeout{5000};
   std::size_t max_handshakes = 64;  // connections not yet authenticated

@@ -20,7 +20,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <climits>
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
@@ -141,13 +140,8 @@ int run_listen(elasticrun::daemon::ListenOptions options, const std::string& sec
            reclaimed.jobs, reclaimed.groups);
   shm_dirs::remove_stale();
 
-  char self[PATH_MAX];
-  ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
-  if (n <= 0) {
-    std::cerr << "elasticrund: cannot find its own executable\n";
-    return 1;
-  }
-  options.self_exe.assign(self, static_cast<std::size_t>(n));
+  // Job processes run this very binary, even after an upgrade replaced the file.
+  options.self_exe = "/proc/self/exe";
 
   boost::asio::io_context io;
   daemon::Listener listener(io, options);
@@ -155,8 +149,6 @@ int run_listen(elasticrun::daemon::ListenOptions options, const std::string& sec
     std::cerr << "elasticrund: " << ok.error() << "\n";
     return 1;
   }
-  // One line a supervisor (or a test) can wait for; the port is the real one when 0 was asked.
-  std::cerr << "elasticrund: listening on " << options.address << ":" << listener.port() << std::endl;
   boost::asio::signal_set signals(io, SIGINT, SIGTERM);
   signals.async_wait([&](boost::system::error_code e, int sig) {
     if (e) return;
@@ -172,6 +164,9 @@ int run_listen(elasticrun::daemon::ListenOptions options, const std::string& sec
     });
   };
   ignore_hup();
+  // Signals are handled from here on: one line a supervisor (or a test) can wait for
+  // before it signals us. The port is the real one when 0 was asked.
+  std::cerr << "elasticrund: listening on " << options.address << ":" << listener.port() << std::endl;
   io.run();
   ::close(lock);
   return 0;

@@ -66,6 +66,27 @@ class Job:
                                 stderr=subprocess.PIPE, text=True, env=self.env(env))
 
 
+def namespace_cluster(hosts, slots):
+    """Generator for a module fixture: `scripts/testcluster up` (skipping the module where
+    namespaces cannot be made), yields (cluster directory, the env file's variables), then
+    `down`."""
+    import re
+    script = ROOT / "scripts" / "testcluster"
+    r = subprocess.run([str(script), "up", str(hosts), "--slots", str(slots)], capture_output=True, text=True,
+                       timeout=120)
+    if r.returncode == 77:
+        pytest.skip("network namespaces unavailable: " + r.stderr.strip().splitlines()[-1])
+    assert r.returncode == 0, r.stderr
+    directory = Path(re.search(r"CLUSTER_DIR=(\S+)", r.stdout).group(1))
+    env = {}
+    for line in (directory / "env").read_text().splitlines():
+        m = re.match(r"export (\w+)=\"?([^\"]*)\"?$", line)
+        if m:
+            env[m.group(1)] = m.group(2)
+    yield directory, env
+    subprocess.run([str(script), "down"], capture_output=True, timeout=120)
+
+
 def shm_entries():
     try:
         return {e.name for e in os.scandir("/dev/shm") if e.name.startswith(("ucx", "elasticrun."))}

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import EXAMPLES
+from conftest import EXAMPLES, namespace_cluster
 from test_elastic import epochs
 from test_sgd import finals, host_of, reference, sgd_workers
 from test_ssh import CLUSTER, UCX_ACROSS_HOSTS
@@ -52,18 +52,7 @@ def tc(*args, timeout=60):
 
 @pytest.fixture(scope="module")
 def cluster():
-    r = tc("up", N, "--slots", 1, timeout=120)
-    if r.returncode == 77:
-        pytest.skip("network namespaces unavailable: " + r.stderr.strip().splitlines()[-1])
-    assert r.returncode == 0, r.stderr
-    directory = Path(re.search(r"CLUSTER_DIR=(\S+)", r.stdout).group(1))
-    env = {}
-    for line in (directory / "env").read_text().splitlines():
-        m = re.match(r"export (\w+)=\"?([^\"]*)\"?$", line)
-        if m:
-            env[m.group(1)] = m.group(2)
-    yield directory, env
-    tc("down", timeout=120)
+    yield from namespace_cluster(N, 1)
 
 
 def netns_pids(k):

@@ -395,8 +395,14 @@ def test_nothing_listening_fails_fast(job, tmp_path):
 
 # ---- daemons running inside the namespace hosts of scripts/testcluster ----
 
-from test_ssh import HOSTS, UCX_ACROSS_HOSTS, cluster  # noqa: E402,F401  (module fixture)
+from conftest import namespace_cluster  # noqa: E402
+from test_ssh import HOSTS, UCX_ACROSS_HOSTS  # noqa: E402
 from test_sgd import finals, reference  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    yield from namespace_cluster(3, 2)
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ELASTICRUND, TESTPROG, our_processes
+from conftest import TESTPROG, our_processes
 from test_launch import argv0, wait_for_workers
 
 HOSTS3 = "localhost:2,127.0.0.2:1,127.0.0.3:1"
@@ -75,7 +75,6 @@ def test_sigstopped_worker_is_failed_after_rendezvous_timeout(job, tmp_path):
     time.sleep(0.5)
     on = {Path(f"/proc/{pid}/environ").read_bytes().split(b"ELASTICRUN_HOST=")[1].split(b"\0")[0]: pid for pid in pids}
     os.kill(on[b"127.0.0.2"], signal.SIGSTOP)
-    t0 = time.monotonic()
     os.kill(on[b"127.0.0.3"], signal.SIGKILL)
     out, err = p.communicate(timeout=60)
     assert p.returncode == 0, err

@@ -3,13 +3,12 @@ import os
 import re
 import signal
 import socket
-import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
-from conftest import ELASTICRUN, EXAMPLES, TESTPROG, our_processes
+from conftest import EXAMPLES, TESTPROG, our_processes
 
 
 def test_four_workers_join_with_correct_topology(job):

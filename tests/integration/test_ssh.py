@@ -1,16 +1,11 @@
 """Jobs across "hosts" that are network namespaces with a real OpenSSH sshd each
 (scripts/testcluster): elasticrund is started over SSH with libssh, workers connect back to
 the driver over the namespace network. Skipped where namespaces cannot be made."""
-import os
-import re
-import signal
-import subprocess
 import time
-from pathlib import Path
 
 import pytest
 
-from conftest import EXAMPLES, ROOT, TESTPROG, our_processes
+from conftest import EXAMPLES, ROOT, TESTPROG, our_processes, namespace_cluster
 from test_sgd import finals, reference
 
 CLUSTER = ROOT / "scripts" / "testcluster"
@@ -18,18 +13,7 @@ CLUSTER = ROOT / "scripts" / "testcluster"
 
 @pytest.fixture(scope="module")
 def cluster():
-    r = subprocess.run([str(CLUSTER), "up", "3", "--slots", "2"], capture_output=True, text=True, timeout=120)
-    if r.returncode == 77:
-        pytest.skip("network namespaces unavailable: " + r.stderr.strip().splitlines()[-1])
-    assert r.returncode == 0, r.stderr
-    directory = Path(re.search(r"CLUSTER_DIR=(\S+)", r.stdout).group(1))
-    env = {}
-    for line in (directory / "env").read_text().splitlines():
-        m = re.match(r"export (\w+)=\"?([^\"]*)\"?$", line)
-        if m:
-            env[m.group(1)] = m.group(2)
-    yield directory, env
-    subprocess.run([str(CLUSTER), "down"], capture_output=True, timeout=120)
+    yield from namespace_cluster(3, 2)
 
 
 HOSTS = ["10.77.0.11", "10.77.0.12", "10.77.0.13"]
