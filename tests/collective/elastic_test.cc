@@ -305,7 +305,29 @@ TEST(ElasticState, RunPropagatesAFailedRejoinAndOtherErrors) {
     State removed(ctx, quiet_hooks([] { throw Error("not part of epoch 3"); }));
     EXPECT_THROW(run(removed, [](State&) { throw WorkersFailed("injected"); }), Error);
     State st(ctx, quiet_hooks());
-    EXPECT_THROW(run(st, [](State&) { throw TimeoutError("injected"); }), TimeoutError);
+    EXPECT_THROW(run(st, [](State&) { throw ProtocolError("injected"); }), ProtocolError);
+  });
+}
+
+// A silent peer shows as a collective timeout: like a failure, restore and re-join.
+TEST(ElasticState, RunRestoresAndRejoinsOnTimeout) {
+  run_contexts(1, "run-timeout/", [](int, Context& ctx) {
+    int rejoins = 0;
+    std::int64_t x = 0;
+    State st(ctx, quiet_hooks([&] { ++rejoins; }));
+    st.track_value("x", x);
+    int calls = 0;
+    run(st, [&](State& s) {
+      if (++calls == 1) {
+        x = 7;
+        s.commit();
+        x = 99;
+        throw TimeoutError("injected: allreduce timed out waiting for rank 2");
+      }
+      EXPECT_EQ(x, 7) << "not restored to the commit";
+    });
+    EXPECT_EQ(calls, 2);
+    EXPECT_EQ(rejoins, 1);
   });
 }
 
