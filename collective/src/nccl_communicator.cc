@@ -7,6 +7,8 @@
 
 #include <elasticrun/types.hpp>
 
+#include <dlfcn.h>
+
 namespace elasticrun::collective {
 namespace {
 
@@ -135,8 +137,19 @@ bool nccl_can_shrink(device::Communicator& c) {
   return nccl && nccl->alive();
 }
 
+// Asking CUDA about a pointer initialises the runtime and makes a context on the
+// current device (hundreds of MB of GPU memory, ~0.1-0.3 s) even for a program that only
+// ever uses host memory. A process that has touched CUDA has the driver library loaded;
+// if it is not, no pointer can be device memory and CUDA is left alone.
+static bool cuda_in_use() {
+  void* driver = ::dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
+  if (!driver) return false;
+  ::dlclose(driver);  // drops only the reference RTLD_NOLOAD took
+  return true;
+}
+
 device::Memory nccl_memory_of(const void* p) {
-  if (!p) return device::Memory::host;
+  if (!p || !cuda_in_use()) return device::Memory::host;
   cudaPointerAttributes attr{};
   if (cudaPointerGetAttributes(&attr, p) != cudaSuccess) {
     cudaGetLastError();  // an unknown pointer is host memory; clear the error it left

@@ -10,6 +10,8 @@
 
 #include <gtest/gtest.h>
 
+#include <dlfcn.h>
+
 #include <atomic>
 #include <memory>
 #include <thread>
@@ -105,6 +107,16 @@ TEST(NcclIdExchange, MissingIdTimesOutAndAbortInterrupts) {
   EXPECT_THROW(ec::exchange_nccl_id(aborting, "e1/", 1, nullptr, t0 + 10s), elasticrun::WorkersFailed);
   EXPECT_LT(ec::Clock::now() - t0, 2s);
   raiser.join();
+}
+
+// Telling host from device memory must not start CUDA in a process that never used it
+// (a context costs GPU memory and time). Only meaningful where libcuda exists: on a
+// machine without the driver the library can never be loaded.
+TEST(DeviceApi, AskingAboutHostMemoryLeavesCudaAlone) {
+  ASSERT_EQ(::dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD), nullptr) << "precondition: CUDA unused so far";
+  std::vector<float> v(4);
+  EXPECT_EQ(elasticrun::device::memory_of(v.data()), elasticrun::device::Memory::host);
+  EXPECT_EQ(::dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD), nullptr);
 }
 
 TEST(DeviceApi, HostMemoryIsHost) {
