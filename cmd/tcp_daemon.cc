@@ -1,5 +1,6 @@
 #include "cmd/tcp_daemon.h"
 
+#include "common/handshake.h"
 #include "common/log.h"
 #include "common/socket_options.h"
 
@@ -111,23 +112,16 @@ class TcpDaemon final : public DaemonLink {
   }
 
   bool on_hello(const msg::Hello& h) {
-    if (h.nonce.size() != server_nonce_.size()) throw wire::DecodeError("bad nonce size");
-    std::copy(h.nonce.begin(), h.nonce.end(), server_nonce_.begin());
+    write(msg::to_frame(hs_.answer(h)));
     hello_seen_ = true;
-    client_nonce_ = auth::random_nonce();
-    auto proof = auth::client_proof(cluster_, kRole, server_nonce_, client_nonce_);
-    write(msg::to_frame(msg::Auth{std::string(kRole), wire::Bytes(client_nonce_.begin(), client_nonce_.end()),
-                                  wire::Bytes(proof.begin(), proof.end())}));
     return true;
   }
 
   bool on_auth_ok(const msg::AuthOk& a) {
-    auto want = auth::server_proof(cluster_, kRole, server_nonce_, client_nonce_);
-    if (!auth::digest_equal(want, a.proof))
-      return fail_link(fmt::format("{} could not prove the cluster secret; refusing it", where_));
+    if (!hs_.verify(a)) return fail_link(fmt::format("{} could not prove the cluster secret; refusing it", where_));
     authenticated_ = true;
     timer_.cancel();
-    auto pad = auth::wrap_pad(cluster_, kRole, server_nonce_, client_nonce_);
+    auto pad = auth::wrap_pad(cluster_, kRole, hs_.server_nonce(), hs_.client_nonce());
     for (auto& f : pending_) {
       if (f.type == msg::kConfig) {
         auto c = msg::parse<msg::Config>(f);
@@ -174,7 +168,7 @@ class TcpDaemon final : public DaemonLink {
   std::array<std::uint8_t, 65536> buf_{};
   std::deque<Frame> pending_;
   std::deque<wire::Bytes> wqueue_;
-  auth::Nonce server_nonce_{}, client_nonce_{};
+  handshake::Client hs_{cluster_, std::string(kRole)};
   bool hello_seen_ = false, authenticated_ = false;
 };
 

@@ -1,6 +1,7 @@
 #include "daemon/listener.h"
 
 #include "common/frame.h"
+#include "common/handshake.h"
 #include "common/log.h"
 #include "common/messages.h"
 #include "common/shm_dirs.h"
@@ -32,7 +33,7 @@ constexpr std::string_view kRole = "driver";
 class Listener::Handshake : public std::enable_shared_from_this<Handshake> {
  public:
   Handshake(Listener& listener, tcp::socket socket, std::shared_ptr<std::size_t> count)
-      : listener_(listener), socket_(std::move(socket)), timer_(socket_.get_executor()),
+      : listener_(listener), hs_(listener.options_.secret), socket_(std::move(socket)), timer_(socket_.get_executor()),
         parser_(kHandshakeMaxPayload), count_(std::move(count)) {
     ++*count_;
     boost::system::error_code ec;
@@ -44,8 +45,7 @@ class Listener::Handshake : public std::enable_shared_from_this<Handshake> {
   ~Handshake() { --*count_; }
 
   void start(std::chrono::milliseconds timeout) {
-    nonce_ = auth::random_nonce();
-    write(msg::to_frame(msg::Hello{wire::Bytes(nonce_.begin(), nonce_.end())}), [](Handshake&) {});
+    write(msg::to_frame(hs_.hello()), [](Handshake&) {});
     timer_.expires_after(timeout);
     timer_.async_wait([self = shared_from_this()](boost::system::error_code ec) {
       if (!ec && !self->done_) self->reject("no authentication within the handshake timeout");
@@ -83,20 +83,16 @@ class Listener::Handshake : public std::enable_shared_from_this<Handshake> {
   }
 
   void on_auth(const msg::Auth& a) {
-    if (a.nonce.size() != nonce_.size()) throw wire::DecodeError("bad nonce size");
-    auth::Nonce client{};
-    std::copy(a.nonce.begin(), a.nonce.end(), client.begin());
-    const auth::Secret& secret = listener_.options_.secret;
-    if (a.role != kRole || !auth::digest_equal(auth::client_proof(secret, a.role, nonce_, client), a.proof)) {
+    auto ok = hs_.check(a, kRole);
+    if (!ok) {
       // The reason goes to our log, not to the peer.
       log_rejection("authentication failed (wrong cluster secret or role '" + a.role.substr(0, 32) + "')");
       write(msg::to_frame(msg::Error{0, "authentication failed"}), [](Handshake& h) { h.close(); });
       timer_.cancel();
       return;
     }
-    auto proof = auth::server_proof(secret, a.role, nonce_, client);
-    pad_ = auth::wrap_pad(secret, a.role, nonce_, client);
-    write(msg::to_frame(msg::AuthOk{wire::Bytes(proof.begin(), proof.end())}), [](Handshake& h) {
+    pad_ = auth::wrap_pad(listener_.options_.secret, kRole, hs_.server_nonce(), hs_.client_nonce());
+    write(msg::to_frame(*ok), [](Handshake& h) {
       h.done_ = true;
       h.timer_.cancel();
       h.listener_.start_job(std::move(h.socket_), h.pad_, h.peer_);
@@ -118,12 +114,12 @@ class Listener::Handshake : public std::enable_shared_from_this<Handshake> {
   }
 
   Listener& listener_;
+  handshake::Server hs_;
   tcp::socket socket_;
   asio::steady_timer timer_;
   FrameParser parser_;
   std::shared_ptr<std::size_t> count_;
   std::string peer_;
-  auth::Nonce nonce_{};
   auth::Secret pad_{};
   std::array<std::uint8_t, 2048> buf_{};
   bool done_ = false;

@@ -19,8 +19,8 @@ Session::Session(Server& server, asio::ip::tcp::socket socket)
 }
 
 void Session::start(std::chrono::milliseconds handshake_timeout) {
-  nonce_ = auth::random_nonce();
-  send(msg::Hello{wire::Bytes(nonce_.begin(), nonce_.end())});
+  handshake_.emplace(server_.secret_);
+  send(handshake_->hello());
   handshake_timer_.expires_after(handshake_timeout);
   handshake_timer_.async_wait([self = shared_from_this()](boost::system::error_code ec) {
     if (!ec && self->phase_ != Phase::ready) self->close("handshake timed out");
@@ -54,16 +54,12 @@ void Session::read() {
 
 void Session::handle_auth(const Frame& f) {
   auto a = msg::parse<msg::Auth>(f);
-  if (a.nonce.size() != nonce_.size()) throw wire::DecodeError("bad nonce size");
-  auth::Nonce client{};
-  std::copy(a.nonce.begin(), a.nonce.end(), client.begin());
-  auto want = auth::client_proof(server_.secret_, a.role, nonce_, client);
-  if (a.role != "worker" || !auth::digest_equal(want, a.proof)) {
+  auto ok = handshake_->check(a, "worker");
+  if (!ok) {
     close("rejected: authentication failed (wrong secret or role '" + a.role.substr(0, 32) + "')");
     return;
   }
-  auto proof = auth::server_proof(server_.secret_, a.role, nonce_, client);
-  send(msg::AuthOk{wire::Bytes(proof.begin(), proof.end())});
+  send(*ok);
   phase_ = Phase::join;
 }
 

@@ -2,6 +2,7 @@
 #pragma once
 
 #include "common/auth.h"
+#include "common/handshake.h"
 #include "common/frame.h"
 #include "common/messages.h"
 #include "rendezvous/assignment.h"
@@ -48,7 +49,7 @@ class Session : public std::enable_shared_from_this<Session> {
   boost::asio::steady_timer handshake_timer_;
   std::string peer_;
   Phase phase_ = Phase::auth;
-  auth::Nonce nonce_{};
+  std::optional<handshake::Server> handshake_;
   FrameParser parser_;
   // Not zero-filled: thousands of sessions would each touch the whole buffer.
   std::array<std::uint8_t, 4096> rbuf_;

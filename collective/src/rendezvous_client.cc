@@ -1,5 +1,6 @@
 #include "rendezvous_client.h"
 
+#include "common/handshake.h"
 #include "common/socket_options.h"
 
 #include <elasticrun/types.hpp>
@@ -104,18 +105,18 @@ RendezvousClient::RendezvousClient(const std::string& addr, const auth::Secret& 
 
 void RendezvousClient::handshake(const auth::Secret& secret, Clock::time_point deadline) {
   auto hello = expect<msg::Hello>(channel_.read(deadline), "handshake");
-  if (hello.nonce.size() != auth::Nonce{}.size()) throw ProtocolError("rendezvous handshake: bad nonce");
-  auth::Nonce server{}, client = auth::random_nonce();
-  std::copy(hello.nonce.begin(), hello.nonce.end(), server.begin());
-  auto proof = auth::client_proof(secret, "worker", server, client);
-  auto ok = channel_.write(msg::to_frame(msg::Auth{"worker", wire::Bytes(client.begin(), client.end()),
-                                                   wire::Bytes(proof.begin(), proof.end())}),
-                           deadline);
+  handshake::Client hs(secret, "worker");
+  msg::Auth answer;
+  try {
+    answer = hs.answer(hello);
+  } catch (const wire::DecodeError&) {
+    throw ProtocolError("rendezvous handshake: bad nonce");
+  }
+  auto ok = channel_.write(msg::to_frame(answer), deadline);
   if (!ok) throw Error("rendezvous handshake: " + ok.error());
   auto reply = channel_.read(deadline);
   if (!reply) throw ProtocolError("rendezvous server rejected authentication (" + reply.error() + ")");
-  auto auth_ok = expect<msg::AuthOk>(std::move(reply), "handshake");
-  if (!auth::digest_equal(auth::server_proof(secret, "worker", server, client), auth_ok.proof))
+  if (!hs.verify(expect<msg::AuthOk>(std::move(reply), "handshake")))
     throw ProtocolError("rendezvous server failed to prove the job secret");
 }
 

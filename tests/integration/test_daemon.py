@@ -64,6 +64,7 @@ class Daemon:
         self.tag = tag
         self.proc = None
         self.port = None
+        self.starts = 0  # "listening" lines seen: the log is appended to across restarts
 
     def start(self, address="127.0.0.1:0", netns=None):
         cmd = [str(ELASTICRUND), "--listen", address, "--secret-file", str(self.secret_file),
@@ -82,8 +83,6 @@ class Daemon:
             assert self.proc.poll() is None, self.log_path.read_text()
             time.sleep(0.02)
         raise AssertionError("daemon did not start: " + self.log_path.read_text())
-
-    starts = 0
 
     def text(self):
         return self.log_path.read_text()
