@@ -17,7 +17,7 @@ inline constexpr const char* kSize = "ELASTICRUN_SIZE";    // world size at star
 inline constexpr const char* kRejoinTimeout = "ELASTICRUN_REJOIN_TIMEOUT";
 
 // Read by the collective library; the user may set them.
-inline constexpr const char* kAlgorithm = "ELASTICRUN_ALGORITHM";  // auto|ring|rd|...
+inline constexpr const char* kAlgorithm = "ELASTICRUN_ALGORITHM";  // auto|shm|ring|rd
 inline constexpr const char* kProgress = "ELASTICRUN_PROGRESS";    // auto|busy|block
 inline constexpr const char* kCollectiveTimeout = "ELASTICRUN_COLLECTIVE_TIMEOUT";  // seconds
 inline constexpr const char* kLogLevel = "ELASTICRUN_LOG_LEVEL";  // error|warn|info|debug

@@ -2,9 +2,11 @@
 
 #include "algorithms.h"
 #include "reduce.h"
+#include "shm_allreduce.h"
 #include "ucx_transport.h"
 
 #include <common/env.h>
+#include <common/log.h>
 
 #include <cstdlib>
 #include <cstring>
@@ -22,13 +24,13 @@ std::string env_or(const char* name, const char* fallback) {
 class UcxCommunicator final : public elasticrun::Communicator {
  public:
   UcxCommunicator(const CommConfig& cfg, std::shared_ptr<Store> store, std::shared_ptr<AbortSignal> abort)
-      : cfg_(cfg), abort_(abort) {
+      : cfg_(cfg), store_(store), abort_(abort) {
     UcxTransport::Options o;
     o.rank = cfg.rank;
     o.size = cfg.size;
     o.local_size = cfg.local_size > 0 ? cfg.local_size : cfg.size;
     o.scope = cfg.scope;
-    o.blocking = resolve_progress(cfg) == Progress::block;
+    o.blocking = blocking_ = resolve_progress(cfg) == Progress::block;
     o.timeout = cfg.timeout;
     tp_ = std::make_unique<UcxTransport>(o, std::move(store), std::move(abort));
   }
@@ -40,9 +42,14 @@ class UcxCommunicator final : public elasticrun::Communicator {
     std::size_t bytes = count * size_of(t);
     check_buffers("allreduce", in, out, bytes);
     run("allreduce", [&](Step& st) {
+      Algorithm a = algorithm();
       if (cfg_.size == 1) {
         if (in != out) std::memcpy(out, in, bytes);
-      } else if (use_rd(bytes, count)) {
+      } else if (ShmGroup* g = (a == Algorithm::shm || a == Algorithm::automatic) ? shared_memory(st) : nullptr) {
+        allreduce_shm(*g, in, out, count, t, op, cfg_.shm_small_max, ShmWait{st.deadline, *abort_, st.what});
+      } else if (a == Algorithm::shm) {
+        throw Error("allreduce: ELASTICRUN_ALGORITHM=shm, but " + shm_unavailable_);
+      } else if (use_rd(a, bytes, count)) {
         allreduce_rd(st, in, out, count, t, op);
       } else {
         allreduce_ring(st, in, out, count, t, op);
@@ -108,11 +115,73 @@ class UcxCommunicator final : public elasticrun::Communicator {
     if (bytes > 0 && (!in || !out)) throw Error(std::string(what) + ": null buffer");
   }
 
-  bool use_rd(std::size_t bytes, std::size_t count) const {
-    Algorithm a = cfg_.algorithm ? *cfg_.algorithm
-                                 : parse_algorithm(env_or(env::kAlgorithm, "auto"), env::kAlgorithm);
+  Algorithm algorithm() const {
+    return cfg_.algorithm ? *cfg_.algorithm : parse_algorithm(env_or(env::kAlgorithm, "auto"), env::kAlgorithm);
+  }
+
+  bool use_rd(Algorithm a, std::size_t bytes, std::size_t count) const {
     if (a == Algorithm::automatic) return bytes <= cfg_.rd_max_bytes || count < static_cast<std::size_t>(cfg_.size);
     return a == Algorithm::rd;
+  }
+
+  // The shared-memory group of this host's ranks, set up by the first call that
+  // wants it; null when the ranks span hosts or any rank could not map the
+  // segment (every rank then agrees to use the UCX algorithms). Collective: all
+  // ranks reach it in the same call, because the choice depends only on the
+  // configuration and the algorithm setting, which are the same everywhere.
+  ShmGroup* shared_memory(Step& st) {
+    if (shm_) return shm_.get();
+    if (!shm_unavailable_.empty()) return nullptr;
+    int local = cfg_.local_size > 0 ? cfg_.local_size : cfg_.size;
+    if (local != cfg_.size) {
+      shm_unavailable_ = "the ranks span hosts";
+      return nullptr;
+    }
+    ShmGroup::Options o;
+    o.rank = cfg_.rank;
+    o.size = cfg_.size;
+    o.slot_bytes = cfg_.shm_slot_bytes;
+    o.blocking = blocking_;
+    o.dir = cfg_.shm_dir ? *cfg_.shm_dir : env_or("UCX_POSIX_DIR", "");  // the worker's own, under a daemon
+    const std::string key = cfg_.scope + "shm";
+    std::unique_ptr<ShmGroup> g;
+    std::string why;
+    try {
+      if (cfg_.rank == 0) {
+        g = ShmGroup::create(o);
+      } else {
+        Bytes v = store_->get(key, st.deadline);
+        if (v.size() <= 8) throw Error("rank 0 could not create the segment");
+        std::uint64_t token = 0;
+        std::memcpy(&token, v.data(), 8);
+        g = ShmGroup::attach(o, std::string(v.begin() + 8, v.end()), token);
+      }
+    } catch (const Error& e) {
+      if (dynamic_cast<const TimeoutError*>(&e) || abort_->raised()) throw;
+      why = e.what();
+    }
+    if (cfg_.rank == 0) {
+      // token (8 bytes) then path; empty when there is no segment
+      Bytes v(g ? 8 + g->path().size() : 0);
+      if (g) {
+        std::uint64_t token = g->token();
+        std::memcpy(v.data(), &token, 8);
+        std::memcpy(v.data() + 8, g->path().data(), g->path().size());
+      }
+      store_->set(key, v);
+    }
+    // Whether every rank mapped it: the minimum over all ranks, by UCX (a step of its own).
+    std::int32_t ok = g ? 1 : 0;
+    Step agree{st.tp, st.deadline, seq_++, ws_, st.segment, st.window, st.what};
+    allreduce_rd(agree, &ok, &ok, 1, DataType::i32, ReduceOp::min);
+    if (g && cfg_.rank == 0) g->unlink();
+    if (ok == 0) {
+      shm_unavailable_ = why.empty() ? "another rank could not map the shared segment" : why;
+      ER_LOG(collective, warn, "allreduce through shared memory is off for this epoch: {}", shm_unavailable_);
+      return nullptr;
+    }
+    shm_ = std::move(g);
+    return shm_.get();
   }
 
   // Runs one collective with a fresh deadline and tag sequence. A failure leaves
@@ -133,8 +202,12 @@ class UcxCommunicator final : public elasticrun::Communicator {
   }
 
   CommConfig cfg_;
+  std::shared_ptr<Store> store_;
   std::shared_ptr<AbortSignal> abort_;
+  bool blocking_ = false;
   std::unique_ptr<UcxTransport> tp_;
+  std::unique_ptr<ShmGroup> shm_;
+  std::string shm_unavailable_;  // why there is no shm_, once decided
   Workspace ws_;
   std::uint64_t seq_ = 0;
   std::string broken_;
@@ -146,7 +219,8 @@ Algorithm parse_algorithm(const std::string& s, const char* what) {
   if (s == "auto") return Algorithm::automatic;
   if (s == "ring") return Algorithm::ring;
   if (s == "rd") return Algorithm::rd;
-  throw Error(std::string(what) + ": unknown algorithm '" + s + "' (expected auto, ring or rd)");
+  if (s == "shm") return Algorithm::shm;
+  throw Error(std::string(what) + ": unknown algorithm '" + s + "' (expected auto, shm, ring or rd)");
 }
 
 Progress parse_progress(const std::string& s, const char* what) {

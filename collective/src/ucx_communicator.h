@@ -1,9 +1,12 @@
 // The host-memory Communicator: UCX transport underneath, algorithms on top.
 //
-// Algorithm choice (allreduce): recursive doubling up to `rd_max_bytes` (or when
-// there are fewer elements than ranks), the pipelined ring above. ELASTICRUN_ALGORITHM=
-// ring|rd|auto forces it; it is read at every call unless CommConfig fixes it, so a
-// test program can switch algorithms without rebuilding the communicator.
+// Algorithm choice (allreduce): when every rank runs on this host, through shared
+// memory (shm_allreduce.h; the segment is set up at the first such call, and if any
+// rank cannot map it every rank falls back to the UCX algorithms). Across hosts,
+// recursive doubling up to `rd_max_bytes` (or when there are fewer elements than
+// ranks), the pipelined ring above. ELASTICRUN_ALGORITHM=shm|ring|rd|auto forces
+// it; it is read at every call unless CommConfig fixes it, so a test program can
+// switch algorithms without rebuilding the communicator.
 //
 // Progress: busy-polling when this host runs no more ranks than it has cores,
 // blocking on the UCX event fd otherwise; ELASTICRUN_PROGRESS=busy|block|auto forces it.
@@ -22,7 +25,7 @@
 
 namespace elasticrun::collective {
 
-enum class Algorithm { automatic, ring, rd };
+enum class Algorithm { automatic, ring, rd, shm };
 enum class Progress { automatic, busy, block };
 
 struct CommConfig {
@@ -37,9 +40,12 @@ struct CommConfig {
   int window = 4;                          // receives posted ahead in pipelines
   std::size_t rd_max_bytes = 32 * 1024;    // automatic allreduce: rd up to this size
   std::size_t chain_min_bytes = 256 * 1024;  // automatic broadcast: chain from this size
+  std::size_t shm_slot_bytes = 256 * 1024;   // shared-memory allreduce: bytes per rank per round
+  std::size_t shm_small_max = 8 * 1024;      // ... one barrier (every rank reduces it all) up to this
+  std::optional<std::string> shm_dir;        // for the segment; unset: $UCX_POSIX_DIR, else /dev/shm
 };
 
-// Parses "auto|ring|rd" and "auto|busy|block"; throws Error naming `what` otherwise.
+// Parses "auto|ring|rd|shm" and "auto|busy|block"; throws Error naming `what` otherwise.
 Algorithm parse_algorithm(const std::string& s, const char* what);
 Progress parse_progress(const std::string& s, const char* what);
 // The progress mode that `cfg` resolves to on this machine (env and oversubscription).

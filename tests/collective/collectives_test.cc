@@ -1,5 +1,5 @@
-// Every collective, checked against a local reference, for world sizes 1..5, both
-// allreduce algorithms, several sizes (0, 1, odd, ~8 MiB), in place and out of place.
+// Every collective, checked against a local reference, for world sizes 1..5, every
+// allreduce algorithm (ring, recursive doubling, shared memory), several sizes (0, 1, odd, ~8 MiB), in place and out of place.
 #include "rank_fixture.h"
 #include "test_data.h"
 
@@ -26,6 +26,15 @@ CommConfig config(Algorithm a) {
     if (!d.empty()) throw std::runtime_error(std::string(ctx) + ": " + d); \
   } while (0)
 
+const char* name_of(Algorithm a) {
+  switch (a) {
+    case Algorithm::ring: return "ring/";
+    case Algorithm::rd: return "rd/";
+    case Algorithm::shm: return "shm/";
+    default: return "auto/";
+  }
+}
+
 std::string ctx(const char* what, int rank, DataType t, ReduceOp op, std::size_t count, bool in_place) {
   return std::string(what) + " rank " + std::to_string(rank) + " " + name_of(t) + " " + name_of(op) + " count " +
          std::to_string(count) + (in_place ? " in place" : " out of place");
@@ -47,8 +56,8 @@ void allreduce_case(Communicator& c, int r, DataType t, ReduceOp op, std::size_t
 
 TEST_P(Collectives, AllreduceEveryTypeAndOp) {
   World w(GetParam());
-  for (Algorithm a : {Algorithm::ring, Algorithm::rd})
-    run_ranks(w, config(a), a == Algorithm::ring ? "ring/" : "rd/", [](int r, Communicator& c) {
+  for (Algorithm a : {Algorithm::ring, Algorithm::rd, Algorithm::shm})
+    run_ranks(w, config(a), name_of(a), [](int r, Communicator& c) {
       for (DataType t : kAllTypes)
         for (ReduceOp op : kAllOps)
           for (std::size_t count : {0u, 1u, 7u, 1023u})
@@ -58,8 +67,8 @@ TEST_P(Collectives, AllreduceEveryTypeAndOp) {
 
 TEST_P(Collectives, AllreduceLarge) {
   World w(GetParam());
-  for (Algorithm a : {Algorithm::ring, Algorithm::rd})
-    run_ranks(w, config(a), a == Algorithm::ring ? "ring/" : "rd/", [](int r, Communicator& c) {
+  for (Algorithm a : {Algorithm::ring, Algorithm::rd, Algorithm::shm})
+    run_ranks(w, config(a), name_of(a), [](int r, Communicator& c) {
       for (bool in_place : {false, true}) allreduce_case(c, r, DataType::f32, ReduceOp::sum, kLarge, in_place);
       allreduce_case(c, r, DataType::f16, ReduceOp::avg, 300001, false);
       allreduce_case(c, r, DataType::i64, ReduceOp::max, 200003, true);
