@@ -44,13 +44,21 @@ void allreduce_shm(ShmGroup& g, const void* in, void* out, std::size_t count, Da
     std::memcpy(slot, s, mine.offset * e);
     std::memcpy(slot + after, s + after, len * e - after);
     g.barrier(w.deadline, w.abort, w.what);
-    if (mine.count > 0) {
-      std::size_t off = mine.offset * e;
-      reduce_parts(g.result(set) + off,
-                   [&](int q) -> const std::byte* { return (q == r ? s : g.input(set, q)) + off; }, mine.count);
+    // Our part is reduced straight into `out` and copied to the result slot for the
+    // others while it is still in cache. In place, the passes after the first would
+    // read our input after the first pass overwrote it, so reduce into the slot.
+    std::byte* d = dst + o * e;
+    std::size_t off = mine.offset * e, part = mine.count * e;
+    if (part > 0) {
+      std::byte* res = g.result(set) + off;
+      std::byte* first = src == dst ? res : d + off;
+      reduce_parts(first, [&](int q) -> const std::byte* { return (q == r ? s : g.input(set, q)) + off; },
+                   mine.count);
+      std::memcpy(first == res ? d + off : res, first, part);
     }
     g.barrier(w.deadline, w.abort, w.what);
-    std::memcpy(dst + o * e, g.result(set), len * e);
+    std::memcpy(d, g.result(set), off);
+    std::memcpy(d + off + part, g.result(set) + off + part, len * e - off - part);
   }
 }
 

@@ -18,8 +18,8 @@ struct ShmWait {
 // Vectors up to `small_max` bytes (at most one slot): every rank copies its input in,
 // one barrier, and every rank reduces all slots itself, in rank order, so all get the
 // same bits. Larger ones go in rounds of one slot: copy in, barrier, each rank
-// reduces its 1/n of the round (its own part read from `in` directly), barrier,
-// each copies the whole round's result out.
+// reduces its 1/n of the round (its own part read from `in` directly) into `out`
+// and the result slot, barrier, each copies the others' parts out.
 void allreduce_shm(ShmGroup& g, const void* in, void* out, std::size_t count, DataType t, ReduceOp op,
                    std::size_t small_max, const ShmWait& w);
 

@@ -8,6 +8,7 @@
 #include <common/env.h>
 #include <common/log.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <thread>
@@ -46,7 +47,7 @@ class UcxCommunicator final : public elasticrun::Communicator {
       if (cfg_.size == 1) {
         if (in != out) std::memcpy(out, in, bytes);
       } else if (ShmGroup* g = (a == Algorithm::shm || a == Algorithm::automatic) ? shared_memory(st) : nullptr) {
-        allreduce_shm(*g, in, out, count, t, op, cfg_.shm_small_max, ShmWait{st.deadline, *abort_, st.what});
+        allreduce_shm(*g, in, out, count, t, op, blocking_ ? cfg_.shm_small_max_blocking : cfg_.shm_small_max, ShmWait{st.deadline, *abort_, st.what});
       } else if (a == Algorithm::shm) {
         throw Error("allreduce: ELASTICRUN_ALGORITHM=shm, but " + shm_unavailable_);
       } else if (use_rd(a, bytes, count)) {
@@ -140,7 +141,9 @@ class UcxCommunicator final : public elasticrun::Communicator {
     ShmGroup::Options o;
     o.rank = cfg_.rank;
     o.size = cfg_.size;
-    o.slot_bytes = cfg_.shm_slot_bytes;
+    // Slots of shm_slot_bytes, smaller where many ranks would make the segment
+    // (two sets of size+1 slots) larger than shm_max_segment.
+    o.slot_bytes = std::min(cfg_.shm_slot_bytes, cfg_.shm_max_segment / (2 * (cfg_.size + 1)));
     o.blocking = blocking_;
     o.dir = cfg_.shm_dir ? *cfg_.shm_dir : env_or("UCX_POSIX_DIR", "");  // the worker's own, under a daemon
     const std::string key = cfg_.scope + "shm";

@@ -40,8 +40,11 @@ struct CommConfig {
   int window = 4;                          // receives posted ahead in pipelines
   std::size_t rd_max_bytes = 32 * 1024;    // automatic allreduce: rd up to this size
   std::size_t chain_min_bytes = 256 * 1024;  // automatic broadcast: chain from this size
-  std::size_t shm_slot_bytes = 256 * 1024;   // shared-memory allreduce: bytes per rank per round
-  std::size_t shm_small_max = 8 * 1024;      // ... one barrier (every rank reduces it all) up to this
+  // Shared-memory allreduce (bench/RESULTS.md has the measurements behind these):
+  std::size_t shm_slot_bytes = 1024 * 1024;       // vector bytes per round (fewer barriers)
+  std::size_t shm_max_segment = 16 * 1024 * 1024; // caps the slots when there are many ranks
+  std::size_t shm_small_max = 8 * 1024;           // one barrier, every rank reduces it all, up to
+  std::size_t shm_small_max_blocking = 32 * 1024; // ... this when ranks share cores (barriers cost more)
   std::optional<std::string> shm_dir;        // for the segment; unset: $UCX_POSIX_DIR, else /dev/shm
 };
 
