@@ -89,7 +89,7 @@ def namespace_cluster(hosts, slots):
 
 def shm_entries():
     try:
-        return {e.name for e in os.scandir("/dev/shm") if e.name.startswith(("ucx", "elasticrun."))}
+        return {e.name for e in os.scandir("/dev/shm") if e.name.startswith(("ucx", "elasticrun.", "elasticrun-coll."))}
     except OSError:
         return set()
 
