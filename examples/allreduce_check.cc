@@ -6,8 +6,9 @@
 // Inputs are small integers that depend on the rank and the index, so the exact
 // result is known in double precision; floating results are compared with a
 // tolerance of half an ulp of their type (avg divides). Every allreduce algorithm
-// (ring, recursive doubling, and shared memory when all ranks share this host) is
-// exercised by switching ELASTICRUN_ALGORITHM, which the library reads per call.
+// (ring, recursive doubling, and shared memory when all ranks share this host), and
+// the other collectives over UCX and shared memory, are exercised by switching
+// ELASTICRUN_ALGORITHM, which the library reads per call.
 // Prints "allreduce_check: OK (N checks)" and exits 0, or the first mismatch and exits 1.
 #include <elasticrun/elasticrun.hpp>
 
@@ -215,7 +216,17 @@ class Checker {
           for (std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{1023}, mib2 / elasticrun::size_of(t) + 1})
             for (bool in_place : {false, true}) allreduce(algo, t, op, count, in_place);
     }
+    // The other collectives: UCX ("ring" forces it for every collective), then
+    // shared memory when every rank is on this host.
+    for (const char* path : {"ring", "shm"}) {
+      if (std::strcmp(path, "shm") == 0 && !one_host_) continue;
+      ::setenv("ELASTICRUN_ALGORITHM", path, 1);
+      others(mib2);
+    }
     ::setenv("ELASTICRUN_ALGORITHM", "auto", 1);
+  }
+
+  void others(std::size_t mib2) {
     for (std::size_t count : {std::size_t{0}, std::size_t{5}, mib2 / 4 + 3})
       for (int root = 0; root < size_; ++root) broadcast(DataType::f32, count, root);
     for (DataType t : kTypes)

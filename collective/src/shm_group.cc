@@ -36,6 +36,7 @@ struct Header {
   std::uint64_t token;
   std::uint64_t size;
   std::uint64_t slot;
+  std::uint64_t small_max;
 };
 
 std::size_t round_up(std::size_t n, std::size_t to) { return (n + to - 1) / to * to; }
@@ -114,7 +115,7 @@ std::unique_ptr<ShmGroup> ShmGroup::create(const Options& o) {
   }
   ::close(fd);
   auto* h = reinterpret_cast<Header*>(base);
-  *h = Header{kMagic, token, static_cast<std::uint64_t>(o.size), slot};
+  *h = Header{kMagic, token, static_cast<std::uint64_t>(o.size), slot, o.small_max};
   return std::unique_ptr<ShmGroup>(new ShmGroup(o, slot, base, bytes, std::move(path), token));
 }
 
@@ -138,7 +139,8 @@ std::unique_ptr<ShmGroup> ShmGroup::attach(const Options& o, const std::string& 
   ::close(fd);
   auto g = std::unique_ptr<ShmGroup>(new ShmGroup(o, slot, base, bytes, path, token));
   const auto* h = reinterpret_cast<const Header*>(base);
-  if (h->magic != kMagic || h->token != token || h->size != static_cast<std::uint64_t>(o.size) || h->slot != slot)
+  if (h->magic != kMagic || h->token != token || h->size != static_cast<std::uint64_t>(o.size) || h->slot != slot ||
+      h->small_max != o.small_max)
     throw Error("shared memory: " + path + " belongs to another group");
   return g;
 }

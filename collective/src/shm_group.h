@@ -36,6 +36,10 @@ class ShmGroup {
   struct Options {
     int rank = 0, size = 1;
     std::size_t slot_bytes = 256 * 1024;  // one slot; rounded up to whole pages
+    // Allreduce: vectors up to this many bytes take the one-barrier path. Part of
+    // the group, not of each rank's settings: ranks that chose differently would
+    // take different paths and read each other's slots at the wrong time.
+    std::size_t small_max = 8 * 1024;
     bool blocking = false;                // sleep on a futex after a short spin
     std::string dir;                      // where rank 0 creates the file; empty: /dev/shm
     // A sleeping waiter looks at the abort signal and the deadline this often
@@ -45,8 +49,9 @@ class ShmGroup {
 
   // Rank 0: creates the segment; `path()` and `token()` are what the others attach with.
   static std::unique_ptr<ShmGroup> create(const Options& o);
-  // Other ranks: maps the segment made by create(). Throws Error if the file is not
-  // there, is not the size `o` implies, or carries a different token.
+  // Other ranks: maps the segment made by create(), with rank 0's slot_bytes and
+  // small_max in `o`. Throws Error if the file is not there, is not the size `o`
+  // implies, or carries a different token or settings.
   static std::unique_ptr<ShmGroup> attach(const Options& o, const std::string& path, std::uint64_t token);
 
   ~ShmGroup();
@@ -56,6 +61,7 @@ class ShmGroup {
   int rank() const { return opts_.rank; }
   int size() const { return opts_.size; }
   std::size_t slot_bytes() const { return slot_; }
+  std::size_t small_max() const { return opts_.small_max; }
   const std::string& path() const { return path_; }
   std::uint64_t token() const { return token_; }
   // Rank 0, once every rank has attached.

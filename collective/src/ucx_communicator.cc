@@ -2,7 +2,7 @@
 
 #include "algorithms.h"
 #include "reduce.h"
-#include "shm_allreduce.h"
+#include "shm_collectives.h"
 #include "ucx_transport.h"
 
 #include <common/env.h>
@@ -43,14 +43,11 @@ class UcxCommunicator final : public elasticrun::Communicator {
     std::size_t bytes = count * size_of(t);
     check_buffers("allreduce", in, out, bytes);
     run("allreduce", [&](Step& st) {
-      Algorithm a = algorithm();
       if (cfg_.size == 1) {
         if (in != out) std::memcpy(out, in, bytes);
-      } else if (ShmGroup* g = (a == Algorithm::shm || a == Algorithm::automatic) ? shared_memory(st) : nullptr) {
-        allreduce_shm(*g, in, out, count, t, op, blocking_ ? cfg_.shm_small_max_blocking : cfg_.shm_small_max, ShmWait{st.deadline, *abort_, st.what});
-      } else if (a == Algorithm::shm) {
-        throw Error("allreduce: ELASTICRUN_ALGORITHM=shm, but " + shm_unavailable_);
-      } else if (use_rd(a, bytes, count)) {
+      } else if (ShmGroup* g = shm(st)) {
+        allreduce_shm(*g, in, out, count, t, op, shm_wait(st));
+      } else if (use_rd(algorithm(), bytes, count)) {
         allreduce_rd(st, in, out, count, t, op);
       } else {
         allreduce_ring(st, in, out, count, t, op);
@@ -64,7 +61,8 @@ class UcxCommunicator final : public elasticrun::Communicator {
     check_buffers("broadcast", buf, buf, bytes);
     run("broadcast", [&](Step& st) {
       if (cfg_.size == 1 || bytes == 0) return;
-      if (bytes >= cfg_.chain_min_bytes && cfg_.size > 2) broadcast_chain(st, buf, bytes, root);
+      if (ShmGroup* g = shm(st)) broadcast_shm(*g, buf, bytes, root, shm_wait(st));
+      else if (bytes >= cfg_.chain_min_bytes && cfg_.size > 2) broadcast_chain(st, buf, bytes, root);
       else broadcast_binomial(st, buf, bytes, root);
     });
   }
@@ -83,7 +81,8 @@ class UcxCommunicator final : public elasticrun::Communicator {
     check_buffers("allgatherv", counts[cfg_.rank] ? in : out, out, total * elem);
     run("allgatherv", [&](Step& st) {
       if (total == 0) return;
-      allgatherv_ring(st, in, out, counts, elem);
+      if (ShmGroup* g = shm(st)) allgatherv_shm(*g, in, out, counts, elem, shm_wait(st));
+      else allgatherv_ring(st, in, out, counts, elem);
     });
   }
 
@@ -94,7 +93,8 @@ class UcxCommunicator final : public elasticrun::Communicator {
       if (cfg_.size == 1) {
         if (in != out) std::memcpy(out, in, bytes);
       } else if (bytes > 0) {
-        reduce_scatter_ring(st, in, out, count, t, op);
+        if (ShmGroup* g = shm(st)) reduce_scatter_shm(*g, in, out, count, t, op, shm_wait(st));
+        else reduce_scatter_ring(st, in, out, count, t, op);
       }
     });
   }
@@ -103,12 +103,17 @@ class UcxCommunicator final : public elasticrun::Communicator {
     std::size_t bytes = count * size_of(t);
     check_buffers("alltoall", in, out, bytes);
     run("alltoall", [&](Step& st) {
-      if (bytes > 0) alltoall_pairwise(st, in, out, bytes);
+      if (bytes == 0) return;
+      if (ShmGroup* g = shm(st)) alltoall_shm(*g, in, out, bytes, shm_wait(st));
+      else alltoall_pairwise(st, in, out, bytes);
     });
   }
 
   void barrier() override {
-    run("barrier", [&](Step& st) { barrier_dissemination(st); });
+    run("barrier", [&](Step& st) {
+      if (ShmGroup* g = shm(st)) g->barrier(st.deadline, *abort_, st.what);
+      else barrier_dissemination(st);
+    });
   }
 
  private:
@@ -125,6 +130,19 @@ class UcxCommunicator final : public elasticrun::Communicator {
     return a == Algorithm::rd;
   }
 
+  // The shared-memory group if this call should use it: null under a forced ring or
+  // rd (which mean the UCX algorithms for every collective), for a world of one, or
+  // when it is unavailable. A forced shm that is unavailable is an error.
+  ShmGroup* shm(Step& st) {
+    Algorithm a = algorithm();
+    if (cfg_.size < 2 || (a != Algorithm::shm && a != Algorithm::automatic)) return nullptr;
+    if (ShmGroup* g = shared_memory(st)) return g;
+    if (a == Algorithm::shm) throw Error(std::string(st.what) + ": ELASTICRUN_ALGORITHM=shm, but " + shm_unavailable_);
+    return nullptr;
+  }
+
+  ShmWait shm_wait(const Step& st) const { return {st.deadline, *abort_, st.what}; }
+
   // The shared-memory group of this host's ranks, set up by the first call that
   // wants it; null when the ranks span hosts or any rank could not map the
   // segment (every rank then agrees to use the UCX algorithms). Collective: all
@@ -138,15 +156,19 @@ class UcxCommunicator final : public elasticrun::Communicator {
       shm_unavailable_ = "the ranks span hosts";
       return nullptr;
     }
+    // Rank 0's settings are the group's: it publishes them with the path, and the
+    // others adopt them (the progress mode behind small_max is each rank's own).
     ShmGroup::Options o;
     o.rank = cfg_.rank;
     o.size = cfg_.size;
+    o.blocking = blocking_;
+    o.dir = cfg_.shm_dir ? *cfg_.shm_dir : env_or("UCX_POSIX_DIR", "");  // the worker's own, under a daemon
     // Slots of shm_slot_bytes, smaller where many ranks would make the segment
     // (two sets of size+1 slots) larger than shm_max_segment.
     o.slot_bytes = std::min(cfg_.shm_slot_bytes, cfg_.shm_max_segment / (2 * (cfg_.size + 1)));
-    o.blocking = blocking_;
-    o.dir = cfg_.shm_dir ? *cfg_.shm_dir : env_or("UCX_POSIX_DIR", "");  // the worker's own, under a daemon
+    o.small_max = blocking_ ? cfg_.shm_small_max_blocking : cfg_.shm_small_max;
     const std::string key = cfg_.scope + "shm";
+    constexpr std::size_t kFixed = 3 * sizeof(std::uint64_t);  // token, slot, small_max, then the path
     std::unique_ptr<ShmGroup> g;
     std::string why;
     try {
@@ -154,33 +176,41 @@ class UcxCommunicator final : public elasticrun::Communicator {
         g = ShmGroup::create(o);
       } else {
         Bytes v = store_->get(key, st.deadline);
-        if (v.size() <= 8) throw Error("rank 0 could not create the segment");
-        std::uint64_t token = 0;
-        std::memcpy(&token, v.data(), 8);
-        g = ShmGroup::attach(o, std::string(v.begin() + 8, v.end()), token);
+        if (v.size() <= kFixed) throw Error("rank 0 could not create the segment");
+        std::uint64_t fixed[3];
+        std::memcpy(fixed, v.data(), kFixed);
+        o.slot_bytes = fixed[1];
+        o.small_max = fixed[2];
+        g = ShmGroup::attach(o, std::string(v.begin() + kFixed, v.end()), fixed[0]);
       }
-    } catch (const Error& e) {
+    } catch (const std::exception& e) {
       if (dynamic_cast<const TimeoutError*>(&e) || abort_->raised()) throw;
       why = e.what();
     }
-    if (cfg_.rank == 0) {
-      // token (8 bytes) then path; empty when there is no segment
-      Bytes v(g ? 8 + g->path().size() : 0);
-      if (g) {
-        std::uint64_t token = g->token();
-        std::memcpy(v.data(), &token, 8);
-        std::memcpy(v.data() + 8, g->path().data(), g->path().size());
-      }
-      store_->set(key, v);
-    }
-    // Whether every rank mapped it: the minimum over all ranks, by UCX (a step of its own).
+    // From here on rank 0 removes the file whatever happens: the others have it
+    // mapped (or have given up) once the agreement is over.
     std::int32_t ok = g ? 1 : 0;
-    Step agree{st.tp, st.deadline, seq_++, ws_, st.segment, st.window, st.what};
-    allreduce_rd(agree, &ok, &ok, 1, DataType::i32, ReduceOp::min);
+    try {
+      if (cfg_.rank == 0) {
+        Bytes v(g ? kFixed + g->path().size() : 0);  // empty: there is no segment
+        if (g) {
+          std::uint64_t fixed[3] = {g->token(), g->slot_bytes(), g->small_max()};
+          std::memcpy(v.data(), fixed, kFixed);
+          std::memcpy(v.data() + kFixed, g->path().data(), g->path().size());
+        }
+        store_->set(key, v);
+      }
+      // Whether every rank mapped it: the minimum over all ranks, by UCX (a step of its own).
+      Step agree{st.tp, st.deadline, seq_++, ws_, st.segment, st.window, st.what};
+      allreduce_rd(agree, &ok, &ok, 1, DataType::i32, ReduceOp::min);
+    } catch (...) {
+      if (g && cfg_.rank == 0) g->unlink();
+      throw;
+    }
     if (g && cfg_.rank == 0) g->unlink();
     if (ok == 0) {
       shm_unavailable_ = why.empty() ? "another rank could not map the shared segment" : why;
-      ER_LOG(collective, warn, "allreduce through shared memory is off for this epoch: {}", shm_unavailable_);
+      ER_LOG(collective, warn, "shared memory collectives are off for this epoch: {}", shm_unavailable_);
       return nullptr;
     }
     shm_ = std::move(g);

@@ -1,11 +1,13 @@
 // The host-memory Communicator: UCX transport underneath, algorithms on top.
 //
-// Algorithm choice (allreduce): when every rank runs on this host, through shared
-// memory (shm_allreduce.h; the segment is set up at the first such call, and if any
-// rank cannot map it every rank falls back to the UCX algorithms). Across hosts,
-// recursive doubling up to `rd_max_bytes` (or when there are fewer elements than
-// ranks), the pipelined ring above. ELASTICRUN_ALGORITHM=shm|ring|rd|auto forces
-// it; it is read at every call unless CommConfig fixes it, so a test program can
+// Algorithm choice: when every rank runs on this host, every collective goes
+// through shared memory (shm_collectives.h; the segment is set up at the first
+// call, and if any rank cannot map it every rank falls back to UCX). Otherwise UCX:
+// allreduce by recursive doubling up to `rd_max_bytes` (or when there are fewer
+// elements than ranks) and the pipelined ring above; broadcast binomial or chained;
+// rings for allgather(v) and reduce_scatter. ELASTICRUN_ALGORITHM=shm|ring|rd|auto
+// forces it (ring and rd: UCX for every collective, and that allreduce algorithm);
+// it is read at every call unless CommConfig fixes it, so a test program can
 // switch algorithms without rebuilding the communicator.
 //
 // Progress: busy-polling when this host runs no more ranks than it has cores,

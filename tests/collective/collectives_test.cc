@@ -7,6 +7,8 @@
 
 #include <atomic>
 #include <numeric>
+#include <string>
+#include <vector>
 
 namespace elasticrun::collective::testing {
 namespace {
@@ -33,6 +35,18 @@ const char* name_of(Algorithm a) {
     case Algorithm::shm: return "shm/";
     default: return "auto/";
   }
+}
+
+// The ways every collective can go: UCX (forced ring), shared memory, and shared
+// memory with 4 KiB slots so that even small calls take many rounds.
+struct Path {
+  std::string name;
+  CommConfig cfg;
+};
+std::vector<Path> paths() {
+  CommConfig tiny = config(Algorithm::shm);
+  tiny.shm_slot_bytes = 4096;
+  return {{"ucx/", config(Algorithm::ring)}, {"shm/", config(Algorithm::shm)}, {"shm4k/", tiny}};
 }
 
 std::string ctx(const char* what, int rank, DataType t, ReduceOp op, std::size_t count, bool in_place) {
@@ -65,6 +79,19 @@ TEST_P(Collectives, AllreduceEveryTypeAndOp) {
     });
 }
 
+TEST_P(Collectives, AllreduceSharedMemoryRounds) {
+  World w(GetParam());
+  CommConfig tiny = config(Algorithm::shm);
+  tiny.shm_slot_bytes = 4096;
+  tiny.shm_small_max = tiny.shm_small_max_blocking = 1024;
+  run_ranks(w, tiny, "shm4k/", [](int r, Communicator& c) {
+    for (DataType t : kAllTypes)
+      for (ReduceOp op : kAllOps)
+        for (std::size_t count : {1u, 255u, 1023u, 4097u, 30001u})
+          for (bool in_place : {false, true}) allreduce_case(c, r, t, op, count, in_place);
+  });
+}
+
 TEST_P(Collectives, AllreduceLarge) {
   World w(GetParam());
   for (Algorithm a : {Algorithm::ring, Algorithm::rd, Algorithm::shm})
@@ -85,7 +112,8 @@ TEST_P(Collectives, AutomaticAlgorithmMidSizes) {
 
 TEST_P(Collectives, Broadcast) {
   World w(GetParam());
-  run_ranks(w, config(Algorithm::automatic), "bc/", [](int r, Communicator& c) {
+  for (const Path& p : paths())
+    run_ranks(w, p.cfg, "bc/" + p.name, [](int r, Communicator& c) {
     for (std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{1023}, kLarge})
       for (int root = 0; root < c.size(); ++root) {
         Buf want = input(DataType::f32, ReduceOp::sum, root, count);
@@ -99,7 +127,8 @@ TEST_P(Collectives, Broadcast) {
 
 TEST_P(Collectives, AllgatherAndAllgatherv) {
   World w(GetParam());
-  run_ranks(w, config(Algorithm::automatic), "ag/", [](int r, Communicator& c) {
+  for (const Path& p : paths())
+    run_ranks(w, p.cfg, "ag/" + p.name, [](int r, Communicator& c) {
     int n = c.size();
     const DataType t = DataType::i32;
     for (std::size_t count : {0u, 1u, 1023u, 1u << 20})
@@ -134,7 +163,8 @@ TEST_P(Collectives, AllgatherAndAllgatherv) {
 
 TEST_P(Collectives, ReduceScatter) {
   World w(GetParam());
-  run_ranks(w, config(Algorithm::automatic), "rs/", [](int r, Communicator& c) {
+  for (const Path& p : paths())
+    run_ranks(w, p.cfg, "rs/" + p.name, [](int r, Communicator& c) {
     int n = c.size();
     for (DataType t : {DataType::f32, DataType::i32, DataType::bf16})
       for (ReduceOp op : kAllOps)
@@ -153,7 +183,8 @@ TEST_P(Collectives, ReduceScatter) {
 
 TEST_P(Collectives, Alltoall) {
   World w(GetParam());
-  run_ranks(w, config(Algorithm::automatic), "a2a/", [](int r, Communicator& c) {
+  for (const Path& p : paths())
+    run_ranks(w, p.cfg, "a2a/" + p.name, [](int r, Communicator& c) {
     int n = c.size();
     const DataType t = DataType::u8;
     for (std::size_t count : {0u, 1u, 1023u, 1u << 20})
@@ -178,15 +209,17 @@ TEST_P(Collectives, Alltoall) {
 
 TEST_P(Collectives, Barrier) {
   World w(GetParam());
-  std::atomic<int> arrived{0};
-  run_ranks(w, config(Algorithm::automatic), "bar/", [&](int, Communicator& c) {
-    for (int round = 1; round <= 20; ++round) {
-      arrived.fetch_add(1);
-      c.barrier();
-      if (arrived.load() < round * c.size()) throw std::runtime_error("barrier released early");
-      c.barrier();  // keeps the next round's increments after everyone's check
-    }
-  });
+  for (const Path& p : paths()) {
+    std::atomic<int> arrived{0};
+    run_ranks(w, p.cfg, "bar/" + p.name, [&](int, Communicator& c) {
+      for (int round = 1; round <= 20; ++round) {
+        arrived.fetch_add(1);
+        c.barrier();
+        if (arrived.load() < round * c.size()) throw std::runtime_error("barrier released early");
+        c.barrier();  // keeps the next round's increments after everyone's check
+      }
+    });
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(WorldSizes, Collectives, ::testing::Values(1, 2, 3, 4, 5),

@@ -13,6 +13,8 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -221,6 +223,75 @@ TEST(ShmAllreduce, NoSegmentFallsBackTogether) {
     });
     EXPECT_EQ(errors, a == Algorithm::shm ? 3 : 0);
   }
+}
+
+// Runs fn(rank, comm) on one thread per entry of `cfgs`, each rank with its own
+// configuration (run_ranks gives every rank the same one).
+void run_configs(World& w, std::vector<CommConfig> cfgs, const std::string& scope,
+                 const std::function<void(int, elasticrun::Communicator&)>& fn) {
+  std::vector<std::thread> threads;
+  std::vector<std::string> errors(cfgs.size());
+  for (int r = 0; r < static_cast<int>(cfgs.size()); ++r)
+    threads.emplace_back([&, r] {
+      try {
+        cfgs[r].rank = r;
+        cfgs[r].size = static_cast<int>(cfgs.size());
+        cfgs[r].scope = scope;
+        auto comm = make_ucx_communicator(cfgs[r], w.store, w.aborts[r]);
+        fn(r, *comm);
+      } catch (const std::exception& e) {
+        errors[r] = e.what();
+      }
+    });
+  for (auto& t : threads) t.join();
+  for (std::size_t r = 0; r < errors.size(); ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
+}
+
+// One rank busy-polls and one blocks: their own small_max settings differ (8 vs
+// 32 KiB), so a 16 KiB vector would take different paths if each used its own.
+// The group's setting is rank 0's, whatever the rank's progress mode.
+TEST(ShmAllreduce, RanksInDifferentProgressModesAgreeOnThePath) {
+  for (int busy_rank : {0, 1}) {
+    World w(2);
+    CommConfig busy = shm_config(Progress::busy), block = shm_config(Progress::block);
+    ASSERT_NE(busy.shm_small_max, block.shm_small_max_blocking);
+    std::vector<CommConfig> cfgs = busy_rank == 0 ? std::vector{busy, block} : std::vector{block, busy};
+    run_configs(w, cfgs, "shm-modes/", [](int r, elasticrun::Communicator& c) {
+      for (int i = 0; i < 50; ++i)
+        for (std::size_t count : {std::size_t{4096}, std::size_t{1000}, std::size_t{300000}}) {
+          Buf in = input(DataType::f32, ReduceOp::sum, r + i, count), out(in.size());
+          c.allreduce(in.data(), out.data(), count, DataType::f32, ReduceOp::sum);
+          Buf want = input(DataType::f32, ReduceOp::sum, i, count), other = input(DataType::f32, ReduceOp::sum, 1 + i, count);
+          c.allreduce(want.data(), want.data(), 0, DataType::f32, ReduceOp::sum);  // a 0-byte call in between
+          const float* a = reinterpret_cast<const float*>(want.data());
+          const float* b = reinterpret_cast<const float*>(other.data());
+          const float* got = reinterpret_cast<const float*>(out.data());
+          for (std::size_t k = 0; k < count; ++k)
+            ASSERT_EQ(got[k], a[k] + b[k]) << "call " << i << " count " << count << " element " << k;
+        }
+    });
+  }
+}
+
+// Set-up that fails after rank 0 made the file (rank 1 never comes) must not
+// leave the file behind.
+TEST(ShmAllreduce, FailedSetUpLeavesNoFile) {
+  TempDir dir;
+  World w(2);
+  CommConfig cfg = shm_config(Progress::automatic);
+  cfg.shm_dir = dir.path;
+  cfg.timeout = 500ms;
+  std::atomic<bool> done{false};
+  run_ranks(w, cfg, "shm-setup-fails/", [&](int r, elasticrun::Communicator& c) {
+    if (r == 1) {
+      while (!done) std::this_thread::sleep_for(1ms);
+      return;
+    }
+    int x = 1;
+    EXPECT_THROW(c.allreduce(&x, &x, 1, DataType::i32, ReduceOp::sum), TimeoutError);
+    done = true;
+  });
+  EXPECT_EQ(dir.entries(), 0u);
 }
 
 TEST(ShmAllreduce, RanksOnSeveralHostsUseUcx) {
