@@ -1,4 +1,5 @@
-// allreduce_bench: the allreduce sweep (sweep.h) over libelasticrun's collectives.
+// allreduce_bench: the collective sweep (sweep.h) over libelasticrun's collectives
+// (allreduce; broadcast and allgather with --collective).
 //
 //   elasticrun -np 4 build/bench/allreduce_bench [--csv] [--max-bytes 64M] ...
 //
@@ -42,6 +43,12 @@ class ElasticrunBackend final : public bench::Backend {
   void barrier() override { comm_.barrier(); }
   void allreduce(const void* in, void* out, std::size_t count, bench::Dtype t, bench::Op op) override {
     comm_.allreduce(in, out, count, to_library(t), to_library(op));
+  }
+  void broadcast(void* buf, std::size_t count, bench::Dtype t, int root) override {
+    comm_.broadcast(buf, count, to_library(t), root);
+  }
+  void allgather(const void* in, void* out, std::size_t count, bench::Dtype t) override {
+    comm_.allgather(in, out, count, to_library(t));
   }
   double max_over_ranks(double v) override {
     comm_.allreduce(&v, &v, 1, elasticrun::DataType::f64, elasticrun::ReduceOp::max);

@@ -1,5 +1,5 @@
-// mpi_allreduce_bench: the allreduce sweep (sweep.h) over MPI_Allreduce, the
-// baseline for allreduce_bench. Run it under mpirun:
+// mpi_allreduce_bench: the collective sweep (sweep.h) over MPI_Allreduce (or
+// MPI_Bcast / MPI_Allgather with --collective), the baseline for allreduce_bench. Run it under mpirun:
 //
 //   mpirun --allow-run-as-root --oversubscribe --bind-to none -np 4 \
 //       build/bench/mpi_allreduce_bench --csv
@@ -43,6 +43,12 @@ class MpiBackend final : public bench::Backend {
   void allreduce(const void* in, void* out, std::size_t count, bench::Dtype t, bench::Op op) override {
     // The sweep never exceeds 256 MiB, far below INT_MAX elements.
     MPI_Allreduce(in, out, static_cast<int>(count), to_mpi(t), to_mpi(op), MPI_COMM_WORLD);
+  }
+  void broadcast(void* buf, std::size_t count, bench::Dtype t, int root) override {
+    MPI_Bcast(buf, static_cast<int>(count), to_mpi(t), root, MPI_COMM_WORLD);
+  }
+  void allgather(const void* in, void* out, std::size_t count, bench::Dtype t) override {
+    MPI_Allgather(in, static_cast<int>(count), to_mpi(t), out, static_cast<int>(count), to_mpi(t), MPI_COMM_WORLD);
   }
   double max_over_ranks(double v) override {
     MPI_Allreduce(MPI_IN_PLACE, &v, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);

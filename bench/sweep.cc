@@ -42,6 +42,7 @@ int launcher_rank() {
                  "                   at least %d (default 1G)\n"
                  "  --dtype T        f32|f64|i32 (default f32)\n"
                  "  --op OP          sum|min|max (default sum)\n"
+                 "  --collective C   allreduce|broadcast|allgather (default allreduce)\n"
                  "  --csv            machine-readable output\n"
                  "  --no-check       skip the result check (the ok column says '-')\n"
                  "%s",
@@ -86,10 +87,10 @@ void fill_input(void* buf, std::size_t count, int rank) {
   for (std::size_t i = 0; i < count; ++i) p[i] = static_cast<T>((rank + 1) * (1 + static_cast<int>(i % 7)));
 }
 
+// Element i must be factor * v(i).
 template <class T>
-bool check_output(const void* buf, std::size_t count, int n, Op op) {
+bool check_output(const void* buf, std::size_t count, long long factor) {
   const auto* p = static_cast<const T*>(buf);
-  long long factor = op == Op::sum ? 1LL * n * (n + 1) / 2 : op == Op::max ? n : 1;
   for (std::size_t i = 0; i < count; ++i)
     if (p[i] != static_cast<T>(factor * (1 + static_cast<long long>(i % 7)))) return false;
   return true;
@@ -103,13 +104,40 @@ void fill_input(Dtype t, void* buf, std::size_t count, int rank) {
   }
 }
 
-bool check_output(Dtype t, const void* buf, std::size_t count, int n, Op op) {
+bool check_output(Dtype t, const void* buf, std::size_t count, long long factor) {
   switch (t) {
-    case Dtype::f32: return check_output<float>(buf, count, n, op);
-    case Dtype::f64: return check_output<double>(buf, count, n, op);
-    case Dtype::i32: return check_output<std::int32_t>(buf, count, n, op);
+    case Dtype::f32: return check_output<float>(buf, count, factor);
+    case Dtype::f64: return check_output<double>(buf, count, factor);
+    case Dtype::i32: return check_output<std::int32_t>(buf, count, factor);
   }
   return false;
+}
+
+// The result of the collective on n ranks' fill_input() data.
+bool check_result(const Options& o, const void* out, std::size_t count, int n) {
+  switch (o.collective) {
+    case Collective::allreduce:
+      return check_output(o.dtype, out, count, o.op == Op::sum ? 1LL * n * (n + 1) / 2 : o.op == Op::max ? n : 1);
+    case Collective::broadcast:
+      return check_output(o.dtype, out, count, 1);  // rank 0's input
+    case Collective::allgather: {
+      std::size_t per = count / static_cast<std::size_t>(n);
+      for (int q = 0; q < n; ++q)
+        if (!check_output(o.dtype, static_cast<const std::byte*>(out) + q * per * size_of(o.dtype), per, q + 1))
+          return false;
+      return true;
+    }
+  }
+  return false;
+}
+
+double bus_factor(Collective c, int n) {
+  switch (c) {
+    case Collective::allreduce: return 2.0 * (n - 1) / n;
+    case Collective::allgather: return 1.0 * (n - 1) / n;
+    case Collective::broadcast: return 1.0;
+  }
+  return 1.0;
 }
 
 struct Row {
@@ -137,6 +165,17 @@ double median(std::vector<double> v) {
 // exit skew out of small-message latencies; the median over batches drops the
 // batches a noisy neighbour (or the other ranks sharing our core) disturbed.
 Row measure(Backend& b, const Options& o, std::size_t count, const void* in, void* out) {
+  // allgather: count is the whole result, a whole number of per-rank blocks.
+  const std::size_t n = static_cast<std::size_t>(b.size());
+  const std::size_t per = std::max<std::size_t>(count / n, 1);
+  if (o.collective == Collective::allgather) count = per * n;
+  auto call = [&] {
+    switch (o.collective) {
+      case Collective::allreduce: return b.allreduce(in, out, count, o.dtype, o.op);
+      case Collective::broadcast: return b.broadcast(out, count, o.dtype, 0);
+      case Collective::allgather: return b.allgather(in, out, per, o.dtype);
+    }
+  };
   Row row;
   row.count = count;
   row.bytes = count * size_of(o.dtype);
@@ -148,20 +187,21 @@ Row measure(Backend& b, const Options& o, std::size_t count, const void* in, voi
 
   // Poison the output so a call that writes nothing cannot pass the check.
   std::memset(out, 0xff, row.bytes);
-  for (int i = 0; i < warmup; ++i) b.allreduce(in, out, count, o.dtype, o.op);
+  if (o.collective == Collective::broadcast && b.rank() == 0) std::memcpy(out, in, row.bytes);
+  for (int i = 0; i < warmup; ++i) call();
 
   std::vector<double> per_call_us;
   per_call_us.reserve(samples);
   for (int s = 0; s < samples; ++s) {
     b.barrier();
     auto t0 = Clock::now();
-    for (int i = 0; i < per_batch; ++i) b.allreduce(in, out, count, o.dtype, o.op);
+    for (int i = 0; i < per_batch; ++i) call();
     std::chrono::duration<double, std::micro> dt = Clock::now() - t0;
     per_call_us.push_back(dt.count() / per_batch);
   }
   row.time_us = b.max_over_ranks(median(per_call_us));
   if (o.check) {
-    bool mine = check_output(o.dtype, out, count, b.size(), o.op);
+    bool mine = check_result(o, out, count, b.size());
     row.ok = b.max_over_ranks(mine ? 0.0 : 1.0) == 0.0;
   }
   return row;
@@ -169,11 +209,12 @@ Row measure(Backend& b, const Options& o, std::size_t count, const void* in, voi
 
 void print_header(const Backend& b, const Options& o) {
   if (o.csv) {
-    std::printf("impl,ranks,bytes,count,dtype,op,iters,time_us,algbw_gbs,busbw_gbs,ok\n");
+    std::printf("impl,ranks,bytes,count,dtype,op,iters,time_us,algbw_gbs,busbw_gbs,ok,collective\n");
     return;
   }
-  std::printf("# %s allreduce: %d ranks, %s %s, out of place; time = max over ranks of the median call\n",
-              b.name(), b.size(), name_of(o.dtype), name_of(o.op));
+  std::printf("# %s %s: %d ranks, %s %s, %s; time = max over ranks of the median call\n", b.name(),
+              name_of(o.collective), b.size(), name_of(o.dtype), name_of(o.op),
+              o.collective == Collective::broadcast ? "in place from rank 0" : "out of place");
   std::printf("# %12s %12s %6s %12s %11s %11s %4s\n", "bytes", "count", "iters", "time_us", "algbw_GB/s",
               "busbw_GB/s", "ok");
 }
@@ -181,11 +222,11 @@ void print_header(const Backend& b, const Options& o) {
 void print_row(const Backend& b, const Options& o, const Row& r) {
   int n = b.size();
   double algbw = r.time_us > 0 ? static_cast<double>(r.bytes) / (r.time_us * 1e3) : 0;  // GB/s
-  double busbw = algbw * 2.0 * (n - 1) / n;
+  double busbw = algbw * bus_factor(o.collective, n);
   const char* ok = !o.check ? "-" : r.ok ? "yes" : "NO";
   if (o.csv) {
-    std::printf("%s,%d,%zu,%zu,%s,%s,%d,%.3f,%.6g,%.6g,%s\n", b.name(), n, r.bytes, r.count, name_of(o.dtype),
-                name_of(o.op), r.iters, r.time_us, algbw, busbw, ok);
+    std::printf("%s,%d,%zu,%zu,%s,%s,%d,%.3f,%.6g,%.6g,%s,%s\n", b.name(), n, r.bytes, r.count, name_of(o.dtype),
+                name_of(o.op), r.iters, r.time_us, algbw, busbw, ok, name_of(o.collective));
   } else {
     std::printf("  %12zu %12zu %6d %12.2f %11.3f %11.3f %4s\n", r.bytes, r.count, r.iters, r.time_us, algbw, busbw,
                 ok);
@@ -204,6 +245,23 @@ const char* name_of(Dtype t) {
     case Dtype::i32: return "i32";
   }
   return "?";
+}
+
+const char* name_of(Collective c) {
+  switch (c) {
+    case Collective::allreduce: return "allreduce";
+    case Collective::broadcast: return "broadcast";
+    case Collective::allgather: return "allgather";
+  }
+  return "?";
+}
+
+void Backend::broadcast(void*, std::size_t, Dtype, int) {
+  throw std::runtime_error(std::string(name()) + " has no broadcast in this benchmark");
+}
+
+void Backend::allgather(const void*, void*, std::size_t, Dtype) {
+  throw std::runtime_error(std::string(name()) + " has no allgather in this benchmark");
 }
 
 const char* name_of(Op op) {
@@ -247,6 +305,12 @@ Options parse_options(int argc, char** argv, const std::vector<std::string>& ext
         else if (v == "min") o.op = Op::min;
         else if (v == "max") o.op = Op::max;
         else throw std::invalid_argument("unknown op '" + v + "'");
+      } else if (flag == "--collective") {
+        std::string v = value();
+        if (v == "allreduce") o.collective = Collective::allreduce;
+        else if (v == "broadcast") o.collective = Collective::broadcast;
+        else if (v == "allgather") o.collective = Collective::allgather;
+        else throw std::invalid_argument("unknown collective '" + v + "'");
       } else if (std::find(extra_flags.begin(), extra_flags.end(), flag) != extra_flags.end()) {
         o.extra[flag] = value();
       } else {

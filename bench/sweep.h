@@ -1,4 +1,5 @@
-// The allreduce sweep shared by every benchmark in bench/: ours (libelasticrun),
+// The collective sweep (allreduce unless --collective says otherwise) shared by
+// every benchmark in bench/: ours (libelasticrun),
 // Open MPI and Gloo each implement the small Backend interface below and hand it
 // to run_sweep(), so all three measure, check and print in exactly the same way.
 //
@@ -23,10 +24,15 @@ namespace bench {
 
 enum class Dtype { f32, f64, i32 };
 enum class Op { sum, min, max };
+// What is timed. The size column is the whole result (nccl-tests conventions): for
+// allgather each rank contributes 1/n of it. busbw = algbw times 2(n-1)/n for
+// allreduce, (n-1)/n for allgather, 1 for broadcast (from rank 0, in place).
+enum class Collective { allreduce, broadcast, allgather };
 
 std::size_t size_of(Dtype t);
 const char* name_of(Dtype t);
 const char* name_of(Op op);
+const char* name_of(Collective c);
 
 struct Options {
   std::size_t min_bytes = 8;
@@ -37,6 +43,7 @@ struct Options {
   std::size_t budget_bytes = std::size_t{1} << 30;  // timed calls per size <= budget / bytes
   Dtype dtype = Dtype::f32;
   Op op = Op::sum;
+  Collective collective = Collective::allreduce;
   bool csv = false;
   bool check = true;
   // Values of the benchmark-specific flags a program asked parse_options for.
@@ -53,6 +60,9 @@ class Backend {
   virtual void barrier() = 0;
   // Out of place, `count` elements; `in` and `out` never alias here.
   virtual void allreduce(const void* in, void* out, std::size_t count, Dtype t, Op op) = 0;
+  // The other collectives, for backends that have them (the defaults throw).
+  virtual void broadcast(void* buf, std::size_t count, Dtype t, int root);
+  virtual void allgather(const void* in, void* out, std::size_t count_per_rank, Dtype t);
   // The maximum of `v` over all ranks, returned on every rank.
   virtual double max_over_ranks(double v) = 0;
 };
