@@ -61,7 +61,8 @@ class UcxCommunicator final : public elasticrun::Communicator {
     check_buffers("broadcast", buf, buf, bytes);
     run("broadcast", [&](Step& st) {
       if (cfg_.size == 1 || bytes == 0) return;
-      if (ShmGroup* g = shm(st)) broadcast_shm(*g, buf, bytes, root, shm_wait(st));
+      ShmGroup* g = bytes >= cfg_.shm_broadcast_min_bytes || algorithm() == Algorithm::shm ? shm(st) : nullptr;
+      if (g) broadcast_shm(*g, buf, bytes, root, shm_wait(st));
       else if (bytes >= cfg_.chain_min_bytes && cfg_.size > 2) broadcast_chain(st, buf, bytes, root);
       else broadcast_binomial(st, buf, bytes, root);
     });

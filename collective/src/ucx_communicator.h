@@ -47,6 +47,9 @@ struct CommConfig {
   std::size_t shm_max_segment = 16 * 1024 * 1024; // caps the slots when there are many ranks
   std::size_t shm_small_max = 8 * 1024;           // one barrier, every rank reduces it all, up to
   std::size_t shm_small_max_blocking = 32 * 1024; // ... this when ranks share cores (barriers cost more)
+  // Broadcasts below this go by UCX even on one host: a binomial tree of eager
+  // messages lets the root run ahead, where shared memory waits for every rank.
+  std::size_t shm_broadcast_min_bytes = 4 * 1024;
   std::optional<std::string> shm_dir;        // for the segment; unset: $UCX_POSIX_DIR, else /dev/shm
 };
 
