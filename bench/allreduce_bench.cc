@@ -1,5 +1,5 @@
 // allreduce_bench: the collective sweep (sweep.h) over libelasticrun's collectives
-// (allreduce; broadcast and allgather with --collective).
+// (allreduce; the others with --collective).
 //
 //   elasticrun -np 4 build/bench/allreduce_bench [--csv] [--max-bytes 64M] ...
 //
@@ -49,6 +49,12 @@ class ElasticrunBackend final : public bench::Backend {
   }
   void allgather(const void* in, void* out, std::size_t count, bench::Dtype t) override {
     comm_.allgather(in, out, count, to_library(t));
+  }
+  void reduce_scatter(const void* in, void* out, std::size_t count, bench::Dtype t, bench::Op op) override {
+    comm_.reduce_scatter(in, out, count, to_library(t), to_library(op));
+  }
+  void alltoall(const void* in, void* out, std::size_t count, bench::Dtype t) override {
+    comm_.alltoall(in, out, count, to_library(t));
   }
   double max_over_ranks(double v) override {
     comm_.allreduce(&v, &v, 1, elasticrun::DataType::f64, elasticrun::ReduceOp::max);

@@ -1,8 +1,8 @@
-// mpi_allreduce_bench: the collective sweep (sweep.h) over MPI_Allreduce (or
-// MPI_Bcast / MPI_Allgather with --collective), the baseline for allreduce_bench. Run it under mpirun:
+// mpi_allreduce_bench: the collective sweep (sweep.h) over MPI_Allreduce (or, with
+// --collective, MPI_Bcast / MPI_Allgather / MPI_Reduce_scatter_block / MPI_Alltoall),
+// the baseline for allreduce_bench. Run it under mpirun:
 //
-//   mpirun --allow-run-as-root --oversubscribe --bind-to none -np 4 \
-//       build/bench/mpi_allreduce_bench --csv
+//   mpirun --allow-run-as-root --oversubscribe --bind-to none -np 4 build/bench/mpi_allreduce_bench --csv
 //
 // Open MPI picks its own algorithm (the tuned component's size rules) unless its
 // MCA parameters say otherwise; scripts/bench-compare documents the settings used.
@@ -49,6 +49,12 @@ class MpiBackend final : public bench::Backend {
   }
   void allgather(const void* in, void* out, std::size_t count, bench::Dtype t) override {
     MPI_Allgather(in, static_cast<int>(count), to_mpi(t), out, static_cast<int>(count), to_mpi(t), MPI_COMM_WORLD);
+  }
+  void reduce_scatter(const void* in, void* out, std::size_t count, bench::Dtype t, bench::Op op) override {
+    MPI_Reduce_scatter_block(in, out, static_cast<int>(count), to_mpi(t), to_mpi(op), MPI_COMM_WORLD);
+  }
+  void alltoall(const void* in, void* out, std::size_t count, bench::Dtype t) override {
+    MPI_Alltoall(in, static_cast<int>(count), to_mpi(t), out, static_cast<int>(count), to_mpi(t), MPI_COMM_WORLD);
   }
   double max_over_ranks(double v) override {
     MPI_Allreduce(MPI_IN_PLACE, &v, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);

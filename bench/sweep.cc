@@ -42,7 +42,8 @@ int launcher_rank() {
                  "                   at least %d (default 1G)\n"
                  "  --dtype T        f32|f64|i32 (default f32)\n"
                  "  --op OP          sum|min|max (default sum)\n"
-                 "  --collective C   allreduce|broadcast|allgather (default allreduce)\n"
+                 "  --collective C   allreduce|broadcast|allgather|reduce_scatter|alltoall\n"
+                 "                   (default allreduce)\n"
                  "  --csv            machine-readable output\n"
                  "  --no-check       skip the result check (the ok column says '-')\n"
                  "%s",
@@ -87,12 +88,12 @@ void fill_input(void* buf, std::size_t count, int rank) {
   for (std::size_t i = 0; i < count; ++i) p[i] = static_cast<T>((rank + 1) * (1 + static_cast<int>(i % 7)));
 }
 
-// Element i must be factor * v(i).
+// Element i must be factor * v(first + i).
 template <class T>
-bool check_output(const void* buf, std::size_t count, long long factor) {
+bool check_output(const void* buf, std::size_t count, long long factor, std::size_t first) {
   const auto* p = static_cast<const T*>(buf);
   for (std::size_t i = 0; i < count; ++i)
-    if (p[i] != static_cast<T>(factor * (1 + static_cast<long long>(i % 7)))) return false;
+    if (p[i] != static_cast<T>(factor * (1 + static_cast<long long>((first + i) % 7)))) return false;
   return true;
 }
 
@@ -104,26 +105,35 @@ void fill_input(Dtype t, void* buf, std::size_t count, int rank) {
   }
 }
 
-bool check_output(Dtype t, const void* buf, std::size_t count, long long factor) {
+bool check_output(Dtype t, const void* buf, std::size_t count, long long factor, std::size_t first = 0) {
   switch (t) {
-    case Dtype::f32: return check_output<float>(buf, count, factor);
-    case Dtype::f64: return check_output<double>(buf, count, factor);
-    case Dtype::i32: return check_output<std::int32_t>(buf, count, factor);
+    case Dtype::f32: return check_output<float>(buf, count, factor, first);
+    case Dtype::f64: return check_output<double>(buf, count, factor, first);
+    case Dtype::i32: return check_output<std::int32_t>(buf, count, factor, first);
   }
   return false;
 }
 
+long long reduced_factor(Op op, int n) { return op == Op::sum ? 1LL * n * (n + 1) / 2 : op == Op::max ? n : 1; }
+
 // The result of the collective on n ranks' fill_input() data.
-bool check_result(const Options& o, const void* out, std::size_t count, int n) {
+bool check_result(const Options& o, const void* out, std::size_t count, int n, int rank) {
+  const std::size_t per = count / static_cast<std::size_t>(n), elem = size_of(o.dtype);
   switch (o.collective) {
     case Collective::allreduce:
-      return check_output(o.dtype, out, count, o.op == Op::sum ? 1LL * n * (n + 1) / 2 : o.op == Op::max ? n : 1);
+      return check_output(o.dtype, out, count, reduced_factor(o.op, n));
+    case Collective::reduce_scatter:  // block `rank` of the reduced input
+      return check_output(o.dtype, out, per, reduced_factor(o.op, n), rank * per);
+    case Collective::alltoall:  // block q: rank q's block `rank`
+      for (int q = 0; q < n; ++q)
+        if (!check_output(o.dtype, static_cast<const std::byte*>(out) + q * per * elem, per, q + 1, rank * per))
+          return false;
+      return true;
     case Collective::broadcast:
       return check_output(o.dtype, out, count, 1);  // rank 0's input
     case Collective::allgather: {
-      std::size_t per = count / static_cast<std::size_t>(n);
       for (int q = 0; q < n; ++q)
-        if (!check_output(o.dtype, static_cast<const std::byte*>(out) + q * per * size_of(o.dtype), per, q + 1))
+        if (!check_output(o.dtype, static_cast<const std::byte*>(out) + q * per * elem, per, q + 1))
           return false;
       return true;
     }
@@ -134,7 +144,9 @@ bool check_result(const Options& o, const void* out, std::size_t count, int n) {
 double bus_factor(Collective c, int n) {
   switch (c) {
     case Collective::allreduce: return 2.0 * (n - 1) / n;
-    case Collective::allgather: return 1.0 * (n - 1) / n;
+    case Collective::allgather:
+    case Collective::reduce_scatter:
+    case Collective::alltoall: return 1.0 * (n - 1) / n;
     case Collective::broadcast: return 1.0;
   }
   return 1.0;
@@ -165,15 +177,17 @@ double median(std::vector<double> v) {
 // exit skew out of small-message latencies; the median over batches drops the
 // batches a noisy neighbour (or the other ranks sharing our core) disturbed.
 Row measure(Backend& b, const Options& o, std::size_t count, const void* in, void* out) {
-  // allgather: count is the whole result, a whole number of per-rank blocks.
+  // Everything but allreduce and broadcast splits count into a whole number of blocks.
   const std::size_t n = static_cast<std::size_t>(b.size());
   const std::size_t per = std::max<std::size_t>(count / n, 1);
-  if (o.collective == Collective::allgather) count = per * n;
+  if (o.collective != Collective::allreduce && o.collective != Collective::broadcast) count = per * n;
   auto call = [&] {
     switch (o.collective) {
       case Collective::allreduce: return b.allreduce(in, out, count, o.dtype, o.op);
       case Collective::broadcast: return b.broadcast(out, count, o.dtype, 0);
       case Collective::allgather: return b.allgather(in, out, per, o.dtype);
+      case Collective::reduce_scatter: return b.reduce_scatter(in, out, per, o.dtype, o.op);
+      case Collective::alltoall: return b.alltoall(in, out, per, o.dtype);
     }
   };
   Row row;
@@ -201,7 +215,7 @@ Row measure(Backend& b, const Options& o, std::size_t count, const void* in, voi
   }
   row.time_us = b.max_over_ranks(median(per_call_us));
   if (o.check) {
-    bool mine = check_result(o, out, count, b.size());
+    bool mine = check_result(o, out, count, b.size(), b.rank());
     row.ok = b.max_over_ranks(mine ? 0.0 : 1.0) == 0.0;
   }
   return row;
@@ -252,6 +266,8 @@ const char* name_of(Collective c) {
     case Collective::allreduce: return "allreduce";
     case Collective::broadcast: return "broadcast";
     case Collective::allgather: return "allgather";
+    case Collective::reduce_scatter: return "reduce_scatter";
+    case Collective::alltoall: return "alltoall";
   }
   return "?";
 }
@@ -262,6 +278,14 @@ void Backend::broadcast(void*, std::size_t, Dtype, int) {
 
 void Backend::allgather(const void*, void*, std::size_t, Dtype) {
   throw std::runtime_error(std::string(name()) + " has no allgather in this benchmark");
+}
+
+void Backend::reduce_scatter(const void*, void*, std::size_t, Dtype, Op) {
+  throw std::runtime_error(std::string(name()) + " has no reduce_scatter in this benchmark");
+}
+
+void Backend::alltoall(const void*, void*, std::size_t, Dtype) {
+  throw std::runtime_error(std::string(name()) + " has no alltoall in this benchmark");
 }
 
 const char* name_of(Op op) {
@@ -310,6 +334,8 @@ Options parse_options(int argc, char** argv, const std::vector<std::string>& ext
         if (v == "allreduce") o.collective = Collective::allreduce;
         else if (v == "broadcast") o.collective = Collective::broadcast;
         else if (v == "allgather") o.collective = Collective::allgather;
+        else if (v == "reduce_scatter") o.collective = Collective::reduce_scatter;
+        else if (v == "alltoall") o.collective = Collective::alltoall;
         else throw std::invalid_argument("unknown collective '" + v + "'");
       } else if (std::find(extra_flags.begin(), extra_flags.end(), flag) != extra_flags.end()) {
         o.extra[flag] = value();

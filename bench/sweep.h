@@ -24,10 +24,12 @@ namespace bench {
 
 enum class Dtype { f32, f64, i32 };
 enum class Op { sum, min, max };
-// What is timed. The size column is the whole result (nccl-tests conventions): for
-// allgather each rank contributes 1/n of it. busbw = algbw times 2(n-1)/n for
-// allreduce, (n-1)/n for allgather, 1 for broadcast (from rank 0, in place).
-enum class Collective { allreduce, broadcast, allgather };
+// What is timed (nccl-tests conventions). The size column is the whole result for
+// allgather (each rank contributes 1/n), the whole input for reduce_scatter (each
+// rank gets 1/n, reduced) and each rank's whole buffer for alltoall (1/n to each
+// peer). busbw = algbw times 2(n-1)/n for allreduce, (n-1)/n for allgather,
+// reduce_scatter and alltoall, 1 for broadcast (from rank 0, in place).
+enum class Collective { allreduce, broadcast, allgather, reduce_scatter, alltoall };
 
 std::size_t size_of(Dtype t);
 const char* name_of(Dtype t);
@@ -63,6 +65,8 @@ class Backend {
   // The other collectives, for backends that have them (the defaults throw).
   virtual void broadcast(void* buf, std::size_t count, Dtype t, int root);
   virtual void allgather(const void* in, void* out, std::size_t count_per_rank, Dtype t);
+  virtual void reduce_scatter(const void* in, void* out, std::size_t count_per_rank, Dtype t, Op op);
+  virtual void alltoall(const void* in, void* out, std::size_t count_per_rank, Dtype t);
   // The maximum of `v` over all ranks, returned on every rank.
   virtual double max_over_ranks(double v) = 0;
 };
