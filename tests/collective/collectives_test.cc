@@ -222,6 +222,74 @@ TEST_P(Collectives, Barrier) {
   }
 }
 
+// Different collectives back to back on one communicator, through the automatic
+// choice with 4 KiB slots: the segment is set up by whichever call first wants it
+// (here a barrier, after a small broadcast that goes by UCX), broadcasts cross the
+// UCX/shared-memory threshold, and rounds of every kind follow each other, so the
+// alternation of slot sets is exercised across collectives.
+TEST_P(Collectives, MixedSequenceAutomatic) {
+  World w(GetParam());
+  CommConfig cfg = config(Algorithm::automatic);
+  cfg.shm_slot_bytes = 4096;
+  run_ranks(w, cfg, "mixed/", [](int r, Communicator& c) {
+    const int n = c.size();
+    const DataType t = DataType::i32;
+    std::uint64_t state = 12345;  // the same sequence on every rank
+    auto next = [&](std::uint64_t m) { state = state * 6364136223846793005ull + 1442695040888963407ull; return (state >> 33) % m; };
+    {
+      Buf want = input(t, ReduceOp::sum, 0, 3), buf = r == 0 ? want : Buf(want.size());
+      c.broadcast(buf.data(), 3, t, 0);
+      CHECK_SAME(buf, want, 4, ctx("broadcast", r, t, ReduceOp::sum, 3, true));
+      c.barrier();
+    }
+    for (int step = 0; step < 120; ++step) {
+      std::size_t count = next(4) == 0 ? next(20000) : next(600);
+      bool in_place = next(2) == 1;
+      switch (next(6)) {
+        case 0:
+          allreduce_case(c, r, t, ReduceOp::max, count, in_place);
+          break;
+        case 1: {
+          int root = static_cast<int>(next(n));
+          Buf want = input(t, ReduceOp::sum, root + step, count), buf = r == root ? want : Buf(want.size());
+          c.broadcast(buf.data(), count, t, root);
+          CHECK_SAME(buf, want, 4, ctx("broadcast", r, t, ReduceOp::sum, count, true));
+          break;
+        }
+        case 2: {
+          Buf in = input(t, ReduceOp::sum, r, count), out(in.size() * n), want;
+          for (int q = 0; q < n; ++q) {
+            Buf part = input(t, ReduceOp::sum, q, count);
+            want.insert(want.end(), part.begin(), part.end());
+          }
+          c.allgather(in.data(), out.data(), count, t);
+          CHECK_SAME(out, want, 4, ctx("allgather", r, t, ReduceOp::sum, count, false));
+          break;
+        }
+        case 3: {
+          Buf in = input(t, ReduceOp::sum, r, count * n), out(count * 4);
+          c.reduce_scatter(in.data(), out.data(), count, t, ReduceOp::sum);
+          CHECK_SAME(out, reduced(t, ReduceOp::sum, n, count, count * r), 4,
+                     ctx("reduce_scatter", r, t, ReduceOp::sum, count, false));
+          break;
+        }
+        case 4: {
+          Buf in = input(t, ReduceOp::sum, r, count * n), out(in.size()), want;
+          for (int q = 0; q < n; ++q) {
+            Buf part = input(t, ReduceOp::sum, q, count, count * r);
+            want.insert(want.end(), part.begin(), part.end());
+          }
+          c.alltoall(in.data(), out.data(), count, t);
+          CHECK_SAME(out, want, 4, ctx("alltoall", r, t, ReduceOp::sum, count, false));
+          break;
+        }
+        default:
+          c.barrier();
+      }
+    }
+  });
+}
+
 INSTANTIATE_TEST_SUITE_P(WorldSizes, Collectives, ::testing::Values(1, 2, 3, 4, 5),
                          [](const auto& info) { return "np" + std::to_string(info.param); });
 
