@@ -152,32 +152,52 @@ class UcxCommunicator final : public elasticrun::Communicator {
   ShmGroup* shared_memory(Step& st) {
     if (shm_) return shm_.get();
     if (!shm_unavailable_.empty()) return nullptr;
-    int local = cfg_.local_size > 0 ? cfg_.local_size : cfg_.size;
-    if (local != cfg_.size) {
+    if (local_size() != cfg_.size) {
       shm_unavailable_ = "the ranks span hosts";
       return nullptr;
     }
-    // Rank 0's settings are the group's: it publishes them with the path, and the
-    // others adopt them (the progress mode behind small_max is each rank's own).
-    ShmGroup::Options o;
-    o.rank = cfg_.rank;
-    o.size = cfg_.size;
-    o.blocking = blocking_;
-    o.dir = cfg_.shm_dir ? *cfg_.shm_dir : env_or("UCX_POSIX_DIR", "");  // the worker's own, under a daemon
     // Slots of shm_slot_bytes, smaller where many ranks would make the segment
     // (two sets of size+1 slots) larger than shm_max_segment.
-    o.slot_bytes = std::min(cfg_.shm_slot_bytes, cfg_.shm_max_segment / (2 * (cfg_.size + 1)));
+    std::size_t slot = std::min(cfg_.shm_slot_bytes, cfg_.shm_max_segment / (2 * (cfg_.size + 1)));
+    std::unique_ptr<ShmGroup> g;
+    if (!make_group(st, "shm", cfg_.rank, cfg_.size, slot, g, shm_unavailable_)) {
+      ER_LOG(collective, warn, "shared memory collectives are off for this epoch: {}", shm_unavailable_);
+      return nullptr;
+    }
+    shm_ = std::move(g);
+    return shm_.get();
+  }
+
+  int local_size() const { return cfg_.local_size > 0 ? cfg_.local_size : cfg_.size; }
+
+  // Makes this rank's shared-memory group: `group_size` ranks, this one `group_rank`
+  // among them, found under Store key scope + `name`. Group rank 0 creates the
+  // segment with its settings and publishes them with the path; the others adopt
+  // them (the progress mode behind small_max is each rank's own). Collective over
+  // the whole communicator: every rank calls it in the same call, and the result
+  // is whether every rank's group is usable (false: `why` says why). A group of
+  // one needs no segment and leaves `out` null.
+  bool make_group(Step& st, const std::string& name, int group_rank, int group_size, std::size_t slot,
+                  std::unique_ptr<ShmGroup>& out, std::string& why) {
+    ShmGroup::Options o;
+    o.rank = group_rank;
+    o.size = group_size;
+    o.blocking = blocking_;
+    o.dir = cfg_.shm_dir ? *cfg_.shm_dir : env_or("UCX_POSIX_DIR", "");  // the worker's own, under a daemon
+    o.slot_bytes = slot;
     o.small_max = blocking_ ? cfg_.shm_small_max_blocking : cfg_.shm_small_max;
-    const std::string key = cfg_.scope + "shm";
+    const std::string key = cfg_.scope + name;
     constexpr std::size_t kFixed = 3 * sizeof(std::uint64_t);  // token, slot, small_max, then the path
     std::unique_ptr<ShmGroup> g;
-    std::string why;
+    std::string mine;
     try {
-      if (cfg_.rank == 0) {
+      if (group_size == 1) {
+        // nothing to share
+      } else if (group_rank == 0) {
         g = ShmGroup::create(o);
       } else {
         Bytes v = store_->get(key, st.deadline);
-        if (v.size() <= kFixed) throw Error("rank 0 could not create the segment");
+        if (v.size() <= kFixed) throw Error("rank 0 of the host could not create the segment");
         std::uint64_t fixed[3];
         std::memcpy(fixed, v.data(), kFixed);
         o.slot_bytes = fixed[1];
@@ -186,13 +206,14 @@ class UcxCommunicator final : public elasticrun::Communicator {
       }
     } catch (const std::exception& e) {
       if (dynamic_cast<const TimeoutError*>(&e) || abort_->raised()) throw;
-      why = e.what();
+      mine = e.what();
     }
-    // From here on rank 0 removes the file whatever happens: the others have it
-    // mapped (or have given up) once the agreement is over.
-    std::int32_t ok = g ? 1 : 0;
+    // From here on group rank 0 removes the file whatever happens: the others have
+    // it mapped (or have given up) once the agreement is over.
+    std::int32_t ok = mine.empty() ? 1 : 0;
+    bool creator = group_size > 1 && group_rank == 0;
     try {
-      if (cfg_.rank == 0) {
+      if (creator) {
         Bytes v(g ? kFixed + g->path().size() : 0);  // empty: there is no segment
         if (g) {
           std::uint64_t fixed[3] = {g->token(), g->slot_bytes(), g->small_max()};
@@ -201,22 +222,22 @@ class UcxCommunicator final : public elasticrun::Communicator {
         }
         store_->set(key, v);
       }
-      // Whether every rank mapped it: the minimum over all ranks, by UCX (a step of its own).
+      // Whether every rank has its group: the minimum over all ranks, by UCX (a step of its own).
       Step agree{st.tp, st.deadline, seq_++, ws_, st.segment, st.window, st.what};
       allreduce_rd(agree, &ok, &ok, 1, DataType::i32, ReduceOp::min);
     } catch (...) {
-      if (g && cfg_.rank == 0) g->unlink();
+      if (g && creator) g->unlink();
       throw;
     }
-    if (g && cfg_.rank == 0) g->unlink();
+    if (g && creator) g->unlink();
     if (ok == 0) {
-      shm_unavailable_ = why.empty() ? "another rank could not map the shared segment" : why;
-      ER_LOG(collective, warn, "shared memory collectives are off for this epoch: {}", shm_unavailable_);
-      return nullptr;
+      why = !mine.empty() ? mine : "another rank could not map its shared segment";
+      return false;
     }
-    shm_ = std::move(g);
-    return shm_.get();
+    out = std::move(g);
+    return true;
   }
+
 
   // Runs one collective with a fresh deadline and tag sequence. A failure leaves
   // peers at unknown points, so the communicator refuses further use afterwards:
