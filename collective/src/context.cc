@@ -66,6 +66,7 @@ std::unique_ptr<Communicator> make_comm(const msg::JoinOk& j, const std::shared_
   cfg.rank = j.rank;
   cfg.size = j.size;
   cfg.local_size = j.local_size;
+  cfg.local_rank = j.local_rank;
   cfg.scope = "e" + std::to_string(j.epoch) + "/";
   cfg.timeout = timeout;
   return collective::make_ucx_communicator(cfg, client, client->abort_signal());

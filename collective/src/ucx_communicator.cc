@@ -2,7 +2,9 @@
 
 #include "algorithms.h"
 #include "reduce.h"
+#include "hier_allreduce.h"
 #include "shm_collectives.h"
+#include "sub_transport.h"
 #include "ucx_transport.h"
 
 #include <common/env.h>
@@ -47,6 +49,10 @@ class UcxCommunicator final : public elasticrun::Communicator {
         if (in != out) std::memcpy(out, in, bytes);
       } else if (ShmGroup* g = shm(st)) {
         allreduce_shm(*g, in, out, count, t, op, shm_wait(st));
+      } else if (Hierarchy* h = algorithm() == Algorithm::hier ? hierarchy(st) : nullptr) {
+        allreduce_hierarchical(*h, st, in, out, count, t, op);
+      } else if (algorithm() == Algorithm::hier) {
+        throw Error("allreduce: ELASTICRUN_ALGORITHM=hier, but " + hier_unavailable_);
       } else if (use_rd(algorithm(), bytes, count)) {
         allreduce_rd(st, in, out, count, t, op);
       } else {
@@ -129,6 +135,81 @@ class UcxCommunicator final : public elasticrun::Communicator {
   bool use_rd(Algorithm a, std::size_t bytes, std::size_t count) const {
     if (a == Algorithm::automatic) return bytes <= cfg_.rd_max_bytes || count < static_cast<std::size_t>(cfg_.size);
     return a == Algorithm::rd;
+  }
+
+  // The two levels of a hierarchical allreduce, as this rank sees them.
+  struct Hierarchy {
+    std::unique_ptr<ShmGroup> host;          // null when this rank is alone on its host
+    std::unique_ptr<SubTransport> leaders;   // the hosts' first ranks; used by them only
+    bool leader = false;
+    std::size_t round_bytes = 0;             // the same on every rank
+  };
+
+  // Set up by the first hierarchical allreduce; null (with hier_unavailable_ saying
+  // why, the same on every rank) when the ranks are on one host, one per host, or
+  // laid out other than host by host, or when a host's segment could not be made.
+  Hierarchy* hierarchy(Step& st) {
+    if (hier_) return hier_.get();
+    if (!hier_unavailable_.empty()) return nullptr;
+    // Where every rank is: each one's (local_rank, local_size), gathered over UCX.
+    const int n = cfg_.size;
+    std::int32_t mine[2] = {cfg_.local_rank, local_size()};
+    std::vector<std::int32_t> all(2 * static_cast<std::size_t>(n));
+    std::vector<std::size_t> counts(n, 2);
+    Step gather{st.tp, st.deadline, seq_++, ws_, st.segment, st.window, st.what};
+    allgatherv_ring(gather, mine, all.data(), counts, sizeof(std::int32_t));
+    std::vector<int> leaders;
+    int widest = 1;
+    for (int q = 0; q < n && hier_unavailable_.empty();) {
+      int ls = all[2 * q + 1];
+      bool ok = all[2 * q] == 0 && ls >= 1 && q + ls <= n;
+      for (int i = 0; ok && i < ls; ++i) ok = all[2 * (q + i)] == i && all[2 * (q + i) + 1] == ls;
+      if (!ok) hier_unavailable_ = "the ranks are not laid out host by host (rank " + std::to_string(q) + ")";
+      leaders.push_back(q);
+      widest = std::max(widest, ls);
+      q += std::max(ls, 1);
+    }
+    if (hier_unavailable_.empty() && leaders.size() == 1) hier_unavailable_ = "every rank is on one host";
+    if (hier_unavailable_.empty() && widest == 1) hier_unavailable_ = "every host runs one rank";
+    if (!hier_unavailable_.empty()) return nullptr;
+    auto h = std::make_unique<Hierarchy>();
+    // Every host's slots hold a round; the widest host decides how big one can be.
+    h->round_bytes = std::min(cfg_.shm_slot_bytes, cfg_.shm_max_segment / (2 * (widest + 1))) / 4096 * 4096;
+    h->round_bytes = std::max<std::size_t>(h->round_bytes, 4096);
+    const int base = cfg_.rank - cfg_.local_rank;
+    if (!make_group(st, "hier/" + std::to_string(base), cfg_.local_rank, local_size(), h->round_bytes, h->host,
+                    hier_unavailable_)) {
+      ER_LOG(collective, warn, "hierarchical allreduce is off for this epoch: {}", hier_unavailable_);
+      return nullptr;
+    }
+    h->leader = cfg_.local_rank == 0;
+    h->leaders = std::make_unique<SubTransport>(*tp_, std::move(leaders));
+    hier_ = std::move(h);
+    return hier_.get();
+  }
+
+  void allreduce_hierarchical(Hierarchy& h, Step& st, const void* in, void* out, std::size_t count, DataType t,
+                              ReduceOp op) {
+    const std::size_t elem = size_of(t);
+    // Every rank reserves one sequence number per round, leader or not, so that the
+    // next collective's tags agree everywhere.
+    const std::uint64_t first = seq_;
+    seq_ += hier_rounds(count * elem, elem, h.round_bytes);
+    HierAllreduce ha;
+    ha.host = h.host.get();
+    ha.leader = h.leader;
+    ha.world = cfg_.size;
+    ha.round_bytes = h.round_bytes;
+    const ReduceOp acc = accumulate_op(op);
+    if (h.leader)
+      ha.across = [&](std::size_t round, void* buf, std::size_t n) {
+        Step sub{*h.leaders, st.deadline, first + round, ws_, cfg_.segment_bytes, cfg_.window, st.what};
+        if (n * elem <= cfg_.rd_max_bytes || n < static_cast<std::size_t>(h.leaders->size()))
+          allreduce_rd(sub, buf, buf, n, t, acc);
+        else
+          allreduce_ring(sub, buf, buf, n, t, acc);
+      };
+    allreduce_hier(ha, in, out, count, t, op, shm_wait(st));
   }
 
   // The shared-memory group if this call should use it: null under a forced ring or
@@ -263,6 +344,8 @@ class UcxCommunicator final : public elasticrun::Communicator {
   std::unique_ptr<UcxTransport> tp_;
   std::unique_ptr<ShmGroup> shm_;
   std::string shm_unavailable_;  // why there is no shm_, once decided
+  std::unique_ptr<Hierarchy> hier_;
+  std::string hier_unavailable_;  // why there is no hier_, once decided
   Workspace ws_;
   std::uint64_t seq_ = 0;
   std::string broken_;
@@ -275,7 +358,8 @@ Algorithm parse_algorithm(const std::string& s, const char* what) {
   if (s == "ring") return Algorithm::ring;
   if (s == "rd") return Algorithm::rd;
   if (s == "shm") return Algorithm::shm;
-  throw Error(std::string(what) + ": unknown algorithm '" + s + "' (expected auto, shm, ring or rd)");
+  if (s == "hier") return Algorithm::hier;
+  throw Error(std::string(what) + ": unknown algorithm '" + s + "' (expected auto, shm, hier, ring or rd)");
 }
 
 Progress parse_progress(const std::string& s, const char* what) {

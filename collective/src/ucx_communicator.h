@@ -8,7 +8,9 @@
 // rings for allgather(v) and reduce_scatter. ELASTICRUN_ALGORITHM=shm|ring|rd|auto
 // forces it (ring and rd: UCX for every collective, and that allreduce algorithm);
 // it is read at every call unless CommConfig fixes it, so a test program can
-// switch algorithms without rebuilding the communicator.
+// switch algorithms without rebuilding the communicator. ELASTICRUN_ALGORITHM=hier
+// makes allreduce across hosts hierarchical (hier_allreduce.h): shared memory within
+// each host, UCX among one rank per host.
 //
 // Progress: busy-polling when this host runs no more ranks than it has cores,
 // blocking on the UCX event fd otherwise; ELASTICRUN_PROGRESS=busy|block|auto forces it.
@@ -27,12 +29,16 @@
 
 namespace elasticrun::collective {
 
-enum class Algorithm { automatic, ring, rd, shm };
+enum class Algorithm { automatic, ring, rd, shm, hier };
 enum class Progress { automatic, busy, block };
 
 struct CommConfig {
   int rank = 0, size = 1;
-  int local_size = 0;   // ranks sharing this host; 0 means unknown (assume all `size`)
+  // Ranks sharing this host, and this rank's place among them; 0 means unknown
+  // (assume all `size`). A host's ranks are consecutive: this host has ranks
+  // rank - local_rank .. rank - local_rank + local_size - 1.
+  int local_size = 0;
+  int local_rank = 0;
   std::string scope;    // Store key prefix unique to this epoch, e.g. "e3/"
   std::chrono::milliseconds timeout{300000};  // per-collective deadline
   // Unset: read from ELASTICRUN_ALGORITHM / ELASTICRUN_PROGRESS (default automatic).
@@ -53,7 +59,7 @@ struct CommConfig {
   std::optional<std::string> shm_dir;        // for the segment; unset: $UCX_POSIX_DIR, else /dev/shm
 };
 
-// Parses "auto|ring|rd|shm" and "auto|busy|block"; throws Error naming `what` otherwise.
+// Parses "auto|ring|rd|shm|hier" and "auto|busy|block"; throws Error naming `what` otherwise.
 Algorithm parse_algorithm(const std::string& s, const char* what);
 Progress parse_progress(const std::string& s, const char* what);
 // The progress mode that `cfg` resolves to on this machine (env and oversubscription).

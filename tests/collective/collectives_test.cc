@@ -290,6 +290,63 @@ TEST_P(Collectives, MixedSequenceAutomatic) {
   });
 }
 
+// Ranks on several "hosts" (local_size/local_rank as the rendezvous assigns them:
+// hosts in order, each host's ranks consecutive), allreduce hierarchical: shared
+// memory within a host, UCX among the hosts' first ranks. 4 KiB rounds so that
+// mid-size vectors take several; uneven hosts and a host of one rank included.
+CommConfig on_hosts(const std::vector<int>& hosts, int rank, Algorithm a) {
+  CommConfig c = config(a);
+  c.shm_slot_bytes = 4096;
+  c.progress = Progress::block;  // every "host" shares this machine's cores
+  for (int base = 0, h = 0; h < static_cast<int>(hosts.size()); base += hosts[h++])
+    if (rank < base + hosts[h]) {
+      c.local_size = hosts[h];
+      c.local_rank = rank - base;
+      break;
+    }
+  return c;
+}
+
+TEST(Hierarchical, AllreduceEveryTypeAndOpOnUnevenHosts) {
+  for (std::vector<int> hosts : {std::vector{2, 2}, std::vector{2, 1}, std::vector{1, 3}, std::vector{3, 1, 2}}) {
+    int n = 0;
+    for (int h : hosts) n += h;
+    World w(n);
+    std::string name = "hier";
+    for (int h : hosts) name += "-" + std::to_string(h);
+    run_ranks(w, [&](int r) { return on_hosts(hosts, r, Algorithm::hier); }, name + "/", [](int r, Communicator& c) {
+      for (DataType t : kAllTypes)
+        for (ReduceOp op : kAllOps)
+          for (std::size_t count : {0u, 1u, 1023u, 5000u})
+            for (bool in_place : {false, true}) allreduce_case(c, r, t, op, count, in_place);
+      allreduce_case(c, r, DataType::f32, ReduceOp::sum, kLarge, false);
+      c.barrier();  // UCX collectives after hierarchical ones still line up
+      allreduce_case(c, r, DataType::i64, ReduceOp::max, 300001, true);
+    });
+  }
+}
+
+// Forced hier where it cannot apply says why, on every rank.
+TEST(Hierarchical, RefusedWhereThereIsNoHierarchy) {
+  for (std::vector<int> hosts : {std::vector{3}, std::vector{1, 1, 1}}) {
+    World w(3);
+    std::atomic<int> refused{0};
+    run_ranks(w, [&](int r) { return on_hosts(hosts, r, Algorithm::hier); }, "hier-no/", [&](int r, Communicator& c) {
+      int x = r;
+      try {
+        c.allreduce(&x, &x, 1, DataType::i32, ReduceOp::sum);
+      } catch (const Error& e) {
+        std::string what = e.what();
+        EXPECT_NE(what.find(hosts.size() == 1 ? "every rank is on one host" : "every host runs one rank"),
+                  std::string::npos)
+            << what;
+        ++refused;
+      }
+    });
+    EXPECT_EQ(refused, 3);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(WorldSizes, Collectives, ::testing::Values(1, 2, 3, 4, 5),
                          [](const auto& info) { return "np" + std::to_string(info.param); });
 

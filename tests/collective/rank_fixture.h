@@ -26,8 +26,8 @@ struct World {
 };
 
 // Runs fn(rank, comm) on world.size threads; rethrows the first exception after
-// all threads have joined. `base` supplies everything but rank, size and scope.
-inline void run_ranks(World& world, const CommConfig& base, const std::string& scope,
+// all threads have joined. cfg_of(rank) supplies everything but rank, size and scope.
+inline void run_ranks(World& world, const std::function<CommConfig(int)>& cfg_of, const std::string& scope,
                       const std::function<void(int, elasticrun::Communicator&)>& fn) {
   std::mutex mu;
   std::exception_ptr first;
@@ -35,7 +35,7 @@ inline void run_ranks(World& world, const CommConfig& base, const std::string& s
   for (int r = 0; r < world.size; ++r) {
     threads.emplace_back([&, r] {
       try {
-        CommConfig cfg = base;
+        CommConfig cfg = cfg_of(r);
         cfg.rank = r;
         cfg.size = world.size;
         cfg.scope = scope;
@@ -49,6 +49,12 @@ inline void run_ranks(World& world, const CommConfig& base, const std::string& s
   }
   for (auto& t : threads) t.join();
   if (first) std::rethrow_exception(first);
+}
+
+// The same configuration for every rank.
+inline void run_ranks(World& world, const CommConfig& base, const std::string& scope,
+                      const std::function<void(int, elasticrun::Communicator&)>& fn) {
+  run_ranks(world, [&](int) { return base; }, scope, fn);
 }
 
 }  // namespace elasticrun::collective::testing
