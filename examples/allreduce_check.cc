@@ -6,7 +6,8 @@
 // Inputs are small integers that depend on the rank and the index, so the exact
 // result is known in double precision; floating results are compared with a
 // tolerance of half an ulp of their type (avg divides). Every allreduce algorithm
-// (ring, recursive doubling, and shared memory when all ranks share this host), and
+// (ring, recursive doubling, shared memory when all ranks share this host, and the
+// hierarchical one when some host runs several ranks but not all), and
 // the other collectives over UCX and shared memory, are exercised by switching
 // ELASTICRUN_ALGORITHM, which the library reads per call.
 // Prints "allreduce_check: OK (N checks)" and exits 0, or the first mismatch and exits 1.
@@ -95,7 +96,15 @@ bool is_int(DataType t) { return t >= DataType::i8; }
 
 class Checker {
  public:
-  Checker(elasticrun::Communicator& c, bool one_host) : c_(c), rank_(c.rank()), size_(c.size()), one_host_(one_host) {
+  Checker(elasticrun::Communicator& c, const elasticrun::Topology& t)
+      : c_(c), rank_(c.rank()), size_(c.size()), one_host_(t.local_size == t.size) {
+    // A hierarchy exists when some host runs several ranks but not all of them:
+    // every rank must agree, so take the largest host over all ranks.
+    std::int32_t widest = t.local_size;
+    c_.allreduce(&widest, &widest, 1, DataType::i32, ReduceOp::max);
+    hierarchy_ = widest > 1 && widest < size_;
+    if (rank_ == 0)
+      std::printf("algorithms: ring rd%s%s\n", one_host_ ? " shm" : "", hierarchy_ ? " hier" : "");
     mag_ = std::max(1, std::min(4, 30 / size_));  // keeps i8 sums and f16 products exact
   }
 
@@ -208,8 +217,9 @@ class Checker {
 
   void run() {
     const std::size_t mib2 = 2u << 20;
-    for (const char* algo : {"ring", "rd", "shm"}) {
+    for (const char* algo : {"ring", "rd", "shm", "hier"}) {
       if (std::strcmp(algo, "shm") == 0 && !one_host_) continue;
+      if (std::strcmp(algo, "hier") == 0 && !hierarchy_) continue;
       ::setenv("ELASTICRUN_ALGORITHM", algo, 1);
       for (DataType t : kTypes)
         for (ReduceOp op : kOps)
@@ -248,7 +258,7 @@ class Checker {
  private:
   elasticrun::Communicator& c_;
   int rank_, size_;
-  bool one_host_;
+  bool one_host_, hierarchy_ = false;
   int mag_ = 4, checks_ = 0;
 };
 
@@ -261,7 +271,7 @@ int main() {
     std::printf("rank %d/%d local %d/%d cross %d/%d host %s\n", t.rank, t.size, t.local_rank, t.local_size,
                 t.cross_rank, t.cross_size, t.host.c_str());
     std::fflush(stdout);
-    Checker checker(elasticrun::context().comm(), t.local_size == t.size);
+    Checker checker(elasticrun::context().comm(), t);
     checker.run();
     std::printf("allreduce_check: OK (%d checks)\n", checker.checks());
     elasticrun::shutdown();

@@ -48,6 +48,16 @@ def test_allreduce_check_four_ranks(job):
     assert r.stdout.count("allreduce_check: OK") == 4
 
 
+@pytest.mark.skipif(not (EXAMPLES / "allreduce_check").exists(), reason="allreduce_check not built")
+def test_allreduce_check_on_uneven_hosts_includes_hierarchical(job):
+    # Hosts of 2 and 1 ranks: allreduce_check runs ring, rd and hier (shared memory
+    # within the two-rank host, UCX between the hosts' first ranks).
+    r = job.run(["-np", 3, "-H", "localhost:2,127.0.0.2:1", EXAMPLES / "allreduce_check"], timeout=300)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert r.stdout.count("allreduce_check: OK") == 3
+    assert "algorithms: ring rd hier" in r.stdout
+
+
 def test_command_and_its_flags_pass_through(job):
     r = job.run(["-np", 2, "sh", "-c", 'echo "args:$*"', "sh", "--lr", "0.1", "-v", "-np", "7"])
     assert r.returncode == 0, r.stderr
