@@ -294,6 +294,23 @@ TEST(ShmAllreduce, FailedSetUpLeavesNoFile) {
   EXPECT_EQ(dir.entries(), 0u);
 }
 
+TEST(AlgorithmSetting, ParsesEveryNameAndRefusesOthers) {
+  EXPECT_EQ(parse_algorithm("auto", "X"), Algorithm::automatic);
+  EXPECT_EQ(parse_algorithm("shm", "X"), Algorithm::shm);
+  EXPECT_EQ(parse_algorithm("hier", "X"), Algorithm::hier);
+  EXPECT_EQ(parse_algorithm("ring", "X"), Algorithm::ring);
+  EXPECT_EQ(parse_algorithm("rd", "X"), Algorithm::rd);
+  for (const char* bad : {"", "SHM", "ring ", "tree"}) {
+    try {
+      parse_algorithm(bad, "ELASTICRUN_ALGORITHM");
+      ADD_FAILURE() << "accepted '" << bad << "'";
+    } catch (const Error& e) {
+      EXPECT_EQ(std::string(e.what()), std::string("ELASTICRUN_ALGORITHM: unknown algorithm '") + bad +
+                                           "' (expected auto, shm, hier, ring or rd)");
+    }
+  }
+}
+
 TEST(ShmAllreduce, RanksOnSeveralHostsUseUcx) {
   World w(2);
   CommConfig cfg = shm_config(Progress::automatic);
