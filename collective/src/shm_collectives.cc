@@ -32,9 +32,12 @@ void allreduce_shm(ShmGroup& g, const void* in, void* out, std::size_t count, Da
 
   if (bytes <= std::min(g.small_max(), g.slot_bytes())) {
     int set = g.next_set();
-    copy_pieces(g.input(set, r), src, bytes);
+    // A few scalars ride in the flag's cache line: one line moves per peer, not two.
+    const bool tiny = bytes <= ShmGroup::kTinyBytes;
+    auto slot = [&](int q) -> std::byte* { return tiny ? g.tiny(set, q) : g.input(set, q); };
+    std::memcpy(slot(r), src, bytes);
     g.barrier(w.deadline, w.abort, w.what);
-    reduce_parts(dst, [&](int q) -> const std::byte* { return g.input(set, q); }, count);
+    reduce_parts(dst, [&](int q) -> const std::byte* { return slot(q); }, count);
     return;
   }
 

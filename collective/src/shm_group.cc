@@ -78,6 +78,9 @@ std::byte* map(int fd, std::size_t bytes, const std::string& path) {
 struct ShmGroup::Flag {
   std::atomic<std::uint32_t> seq;      // the last barrier this rank arrived at
   std::atomic<std::uint32_t> waiters;  // ranks asleep on `seq`
+  // Tiny inputs, one per set, in the same cache line as `seq`: a peer that sees
+  // the new sequence number has the data too.
+  alignas(8) std::byte tiny[2][ShmGroup::kTinyBytes];
 };
 static_assert(std::atomic<std::uint32_t>::is_always_lock_free, "futex words must be plain 32-bit words");
 
@@ -148,6 +151,7 @@ std::unique_ptr<ShmGroup> ShmGroup::attach(const Options& o, const std::string& 
 void ShmGroup::unlink() { ::unlink(path_.c_str()); }
 
 ShmGroup::Flag& ShmGroup::flag(int q) const {
+  static_assert(sizeof(Flag) <= 64, "a rank's flag and tiny inputs share one cache line");
   return *reinterpret_cast<Flag*>(base_ + kPage + kFlagBytes * static_cast<std::size_t>(q));
 }
 
@@ -158,6 +162,8 @@ std::byte* ShmGroup::input(int set, int q) const {
 }
 
 std::byte* ShmGroup::result(int set) const { return input(set, opts_.size); }
+
+std::byte* ShmGroup::tiny(int set, int q) const { return flag(q).tiny[set]; }
 
 void ShmGroup::arrive() {
   Flag& f = flag(opts_.rank);

@@ -71,6 +71,9 @@ class ShmGroup {
   // rank q's contribution, `result(set)` the reduced vector.
   std::byte* input(int set, int q) const;
   std::byte* result(int set) const;
+  // Rank q's slot for inputs of at most kTinyBytes, in the cache line of its flag.
+  static constexpr std::size_t kTinyBytes = 24;
+  std::byte* tiny(int set, int q) const;
 
   // Barrier halves. arrive() publishes this rank's next sequence number; wait_all()
   // returns once every rank has arrived at it. Throws the abort signal's error
