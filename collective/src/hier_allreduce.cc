@@ -1,7 +1,6 @@
 #include "hier_allreduce.h"
 
 #include "reduce.h"
-#include "schedule.h"
 
 #include <algorithm>
 #include <cstring>
@@ -24,20 +23,9 @@ std::size_t allreduce_hier(const HierAllreduce& h, const void* in, void* out, st
     int set = 0;
     if (h.host) {
       ShmGroup& g = *h.host;
-      const int n = g.size(), r = g.rank();
       set = g.next_set();
-      const schedule::Range mine = schedule::balanced(len, static_cast<std::size_t>(n), static_cast<std::size_t>(r));
-      const std::size_t off = mine.offset * e, part = mine.count * e, after = off + part;
-      std::byte* slot = g.input(set, r);
-      copy_pieces(slot, s, off);
-      copy_pieces(slot + after, s + after, len * e - after);
-      g.barrier(w.deadline, w.abort, w.what);
-      if (part > 0) {
-        auto from = [&](int q) -> const std::byte* { return (q == r ? s : g.input(set, q)) + off; };
-        std::byte* res = g.result(set) + off;
-        reduce(t, acc, res, from(0), from(1), mine.count);
-        for (int q = 2; q < n; ++q) reduce(t, acc, res, res, from(q), mine.count);
-      }
+      const schedule::Range mine = my_part(g, len);
+      reduce_my_part(g, set, s, len, mine, t, acc, g.result(set) + mine.offset * e, w);
       g.barrier(w.deadline, w.abort, w.what);
       sum = g.result(set);
     } else if (s != d) {

@@ -45,30 +45,42 @@ void allreduce_shm(ShmGroup& g, const void* in, void* out, std::size_t count, Da
   for (std::size_t o = 0; o < count; o += per_round) {
     const std::size_t len = std::min(per_round, count - o);
     const int set = g.next_set();
-    const schedule::Range mine = schedule::balanced(len, static_cast<std::size_t>(n), static_cast<std::size_t>(r));
+    const schedule::Range mine = my_part(g, len);
     const std::byte* s = src + o * e;
-    std::byte* slot = g.input(set, r);
-    // Every part but our own: that one we read from `in` while reducing.
-    std::size_t after = (mine.offset + mine.count) * e;
-    copy_pieces(slot, s, mine.offset * e);
-    copy_pieces(slot + after, s + after, len * e - after);
-    g.barrier(w.deadline, w.abort, w.what);
+    std::byte* d = dst + o * e;
     // Our part is reduced straight into `out` and copied to the result slot for the
     // others while it is still in cache. In place, the passes after the first would
     // read our input after the first pass overwrote it, so reduce into the slot.
-    std::byte* d = dst + o * e;
-    std::size_t off = mine.offset * e, part = mine.count * e;
+    const std::size_t off = mine.offset * e, part = mine.count * e;
+    std::byte* res = g.result(set) + off;
+    std::byte* first = src == dst ? res : d + off;
+    reduce_my_part(g, set, s, len, mine, t, acc, first, w);
     if (part > 0) {
-      std::byte* res = g.result(set) + off;
-      std::byte* first = src == dst ? res : d + off;
-      reduce_parts(first, [&](int q) -> const std::byte* { return (q == r ? s : g.input(set, q)) + off; },
-                   mine.count);
+      if (op == ReduceOp::avg) finalize_avg(t, first, mine.count, n);
       copy_pieces(first == res ? d + off : res, first, part);
     }
     g.barrier(w.deadline, w.abort, w.what);
     copy_pieces(d, g.result(set), off);
     copy_pieces(d + off + part, g.result(set) + off + part, len * e - off - part);
   }
+}
+
+schedule::Range my_part(const ShmGroup& g, std::size_t len) {
+  return schedule::balanced(len, static_cast<std::size_t>(g.size()), static_cast<std::size_t>(g.rank()));
+}
+
+void reduce_my_part(ShmGroup& g, int set, const std::byte* s, std::size_t len, schedule::Range mine, DataType t,
+                    ReduceOp acc, std::byte* res, const ShmWait& w) {
+  const std::size_t e = size_of(t), off = mine.offset * e, after = off + mine.count * e;
+  const int n = g.size(), r = g.rank();
+  std::byte* slot = g.input(set, r);
+  copy_pieces(slot, s, off);
+  copy_pieces(slot + after, s + after, len * e - after);
+  g.barrier(w.deadline, w.abort, w.what);
+  if (mine.count == 0) return;
+  auto from = [&](int q) -> const std::byte* { return (q == r ? s : g.input(set, q)) + off; };
+  reduce(t, acc, res, from(0), from(1), mine.count);
+  for (int q = 2; q < n; ++q) reduce(t, acc, res, res, from(q), mine.count);
 }
 
 void broadcast_shm(ShmGroup& g, void* buf, std::size_t bytes, int root, const ShmWait& w) {

@@ -7,6 +7,7 @@
 // round in between only after it finished reading.
 #pragma once
 
+#include "schedule.h"
 #include "shm_group.h"
 
 #include <elasticrun/types.hpp>
@@ -27,6 +28,15 @@ struct ShmWait {
   const AbortSignal& abort;
   const char* what;
 };
+
+// The reduce-scatter half of a round of `len` elements, shared by the one-host and
+// the hierarchical allreduce. Each rank owns part my_part(g, len) of the round.
+// reduce_my_part copies every part but ours from `s` (our input for the round) into
+// our slot of `set`, waits for every rank, then reduces our part over all ranks
+// (ours read from `s` itself) into `res`, in rank order, without the avg division.
+schedule::Range my_part(const ShmGroup& g, std::size_t len);
+void reduce_my_part(ShmGroup& g, int set, const std::byte* s, std::size_t len, schedule::Range mine, DataType t,
+                    ReduceOp acc, std::byte* res, const ShmWait& w);
 
 // Vectors up to the group's small_max() bytes (at most one slot): every rank copies its input in,
 // one barrier, and every rank reduces all slots itself, in rank order, so all get the
