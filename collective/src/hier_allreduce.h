@@ -27,11 +27,11 @@ struct HierAllreduce {
 
 // Rounds of round_bytes: copy in (all but our part), barrier, reduce our part into
 // the result slot, barrier, leader allreduces the slot across hosts, barrier, all
-// copy the slot out. Returns the number of rounds (every rank gets the same).
-std::size_t allreduce_hier(const HierAllreduce& h, const void* in, void* out, std::size_t count, DataType t,
-                           ReduceOp op, const ShmWait& w);
+// copy the slot out. It takes hier_rounds() rounds, the same on every rank.
+void allreduce_hier(const HierAllreduce& h, const void* in, void* out, std::size_t count, DataType t,
+                    ReduceOp op, const ShmWait& w);
 
-// How many rounds allreduce_hier takes for `bytes` (at least one), so that every
+// How many rounds allreduce_hier takes for `bytes` (none when empty), so that every
 // rank can reserve that many sequence numbers before the call.
 inline std::size_t hier_rounds(std::size_t bytes, std::size_t elem, std::size_t round_bytes) {
   std::size_t per = std::max<std::size_t>(round_bytes / elem, 1), count = bytes / elem;

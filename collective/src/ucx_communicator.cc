@@ -45,15 +45,16 @@ class UcxCommunicator final : public elasticrun::Communicator {
     std::size_t bytes = count * size_of(t);
     check_buffers("allreduce", in, out, bytes);
     run("allreduce", [&](Step& st) {
+      const Algorithm a = algorithm();
       if (cfg_.size == 1) {
         if (in != out) std::memcpy(out, in, bytes);
-      } else if (ShmGroup* g = shm(st)) {
+      } else if (ShmGroup* g = shm(st, a)) {
         allreduce_shm(*g, in, out, count, t, op, shm_wait(st));
-      } else if (Hierarchy* h = algorithm() == Algorithm::hier ? hierarchy(st) : nullptr) {
+      } else if (Hierarchy* h = a == Algorithm::hier ? hierarchy(st) : nullptr) {
         allreduce_hierarchical(*h, st, in, out, count, t, op);
-      } else if (algorithm() == Algorithm::hier) {
+      } else if (a == Algorithm::hier) {
         throw Error("allreduce: ELASTICRUN_ALGORITHM=hier, but " + hier_unavailable_);
-      } else if (use_rd(algorithm(), bytes, count)) {
+      } else if (use_rd(a, bytes, count)) {
         allreduce_rd(st, in, out, count, t, op);
       } else {
         allreduce_ring(st, in, out, count, t, op);
@@ -67,7 +68,8 @@ class UcxCommunicator final : public elasticrun::Communicator {
     check_buffers("broadcast", buf, buf, bytes);
     run("broadcast", [&](Step& st) {
       if (cfg_.size == 1 || bytes == 0) return;
-      ShmGroup* g = bytes >= cfg_.shm_broadcast_min_bytes || algorithm() == Algorithm::shm ? shm(st) : nullptr;
+      const Algorithm a = algorithm();
+      ShmGroup* g = bytes >= cfg_.shm_broadcast_min_bytes || a == Algorithm::shm ? shm(st, a) : nullptr;
       if (g) broadcast_shm(*g, buf, bytes, root, shm_wait(st));
       else if (bytes >= cfg_.chain_min_bytes && cfg_.size > 2) broadcast_chain(st, buf, bytes, root);
       else broadcast_binomial(st, buf, bytes, root);
@@ -215,8 +217,8 @@ class UcxCommunicator final : public elasticrun::Communicator {
   // The shared-memory group if this call should use it: null under a forced ring or
   // rd (which mean the UCX algorithms for every collective), for a world of one, or
   // when it is unavailable. A forced shm that is unavailable is an error.
-  ShmGroup* shm(Step& st) {
-    Algorithm a = algorithm();
+  ShmGroup* shm(Step& st) { return shm(st, algorithm()); }
+  ShmGroup* shm(Step& st, Algorithm a) {
     if (cfg_.size < 2 || (a != Algorithm::shm && a != Algorithm::automatic)) return nullptr;
     if (ShmGroup* g = shared_memory(st)) return g;
     if (a == Algorithm::shm) throw Error(std::string(st.what) + ": ELASTICRUN_ALGORITHM=shm, but " + shm_unavailable_);
