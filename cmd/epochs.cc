@@ -170,6 +170,13 @@ void Job::begin_epoch(rendezvous::Plan plan, msg::NotifyKind kind, const std::st
   ER_LOG(driver, info, "epoch {}: {} workers ({} new, {} kept, {} removed)", assignment_.epoch, assignment_.size(),
          plan.spawn.size(), plan.keep.size(), plan.remove.size());
   for (const auto& w : plan.spawn) spawn(w);
+  // A worker that joined the previous epoch, or is new, gets the whole join timeout; one
+  // that missed the previous epoch too keeps waiting on its first deadline.
+  auto now = Clock::now();
+  for (const auto& w : assignment_.workers)
+    if (auto it = workers_.find({w.host, w.slot}); it != workers_.end())
+      if (it->second.joined_epoch + 1 >= assignment_.epoch || it->second.awaited_since == Clock::time_point{})
+        it->second.awaited_since = now;
   epoch_broken_ = false;
   arm_join_timer();
   if (auto expiry = membership_.next_expiry(Clock::now())) {
@@ -180,9 +187,25 @@ void Job::begin_epoch(rendezvous::Plan plan, msg::NotifyKind kind, const std::st
   }
 }
 
+// The join deadline of each worker of the current epoch that has not joined it yet.
+std::vector<std::pair<Job::Place, Clock::time_point>> Job::join_deadlines() const {
+  auto epoch = assignment_.epoch;
+  auto limit = epoch == 1 || !opts_.elastic ? opts_.start_timeout : opts_.rendezvous_timeout;
+  std::vector<std::pair<Place, Clock::time_point>> out;
+  for (const auto& r : assignment_.workers) {
+    auto it = workers_.find({r.host, r.slot});
+    if (it != workers_.end() && !it->second.removed && !it->second.exited_ok && it->second.joined_epoch < epoch)
+      out.emplace_back(Place{r.host, r.slot}, it->second.awaited_since + limit);
+  }
+  return out;
+}
+
 void Job::arm_join_timer() {
-  auto limit = assignment_.epoch == 1 || !opts_.elastic ? opts_.start_timeout : opts_.rendezvous_timeout;
-  join_timer_.expires_after(limit);
+  auto deadlines = join_deadlines();
+  if (deadlines.empty()) return;
+  auto first = deadlines.front().second;
+  for (const auto& [p, d] : deadlines) first = std::min(first, d);
+  join_timer_.expires_at(first);
   join_timer_.async_wait([this, e = assignment_.epoch](boost::system::error_code ec) {
     if (!ec) on_join_timeout(e);
   });
@@ -193,12 +216,10 @@ void Job::arm_join_timer() {
 void Job::on_join_timeout(std::uint64_t epoch) {
   if (exit_code_ >= 0 || epoch != assignment_.epoch) return;
   std::vector<Place> late;
-  for (const auto& r : assignment_.workers) {
-    auto it = workers_.find({r.host, r.slot});
-    if (it != workers_.end() && !it->second.removed && !it->second.exited_ok && it->second.joined_epoch < epoch)
-      late.push_back({r.host, r.slot});
-  }
-  if (late.empty()) return;
+  auto now = Clock::now();
+  for (const auto& [p, deadline] : join_deadlines())
+    if (deadline <= now) late.push_back(p);
+  if (late.empty()) return arm_join_timer();  // others are due later
   auto limit = epoch == 1 || !opts_.elastic ? opts_.start_timeout : opts_.rendezvous_timeout;
   if (!opts_.elastic) {
     std::string names;

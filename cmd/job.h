@@ -39,6 +39,9 @@ class Job {
     int rank = -1;  // in the current epoch
     int pid = 0;
     std::uint64_t joined_epoch = 0;
+    // When the driver began waiting for it to join; kept across epochs it misses, so that
+    // epochs abandoned faster than --rendezvous-timeout cannot keep a silent worker in.
+    std::chrono::steady_clock::time_point awaited_since{};
     bool removed = false;     // stopped on purpose: its exit is expected
     bool exited_ok = false;   // finished with status 0
   };
@@ -69,6 +72,7 @@ class Job {
   void begin_epoch(rendezvous::Plan plan, msg::NotifyKind kind, const std::string& reason);
   void remove_worker(const Place& p);
   void arm_join_timer();
+  std::vector<std::pair<Place, std::chrono::steady_clock::time_point>> join_deadlines() const;
   void on_join_timeout(std::uint64_t epoch);
   void wait_for_slots();
   std::set<Place> alive() const;

@@ -159,3 +159,23 @@ def test_silent_worker_alone_does_not_blacklist_the_healthy(job, tmp_path):
     assert blacklisted == ["127.0.0.2"], events
     assert "gave up on epoch 1" in err, err
     assert [e["size"] for e in epochs(events)] == [3, 3, 2], events
+
+
+def test_silent_worker_is_failed_when_collectives_time_out_sooner(job, tmp_path):
+    """The collective timeout (1.5 s) is much shorter than --rendezvous-timeout (6 s): the
+    healthy ranks give up on each new epoch long before the silent worker's join deadline.
+    That deadline must run from the first epoch it missed, not restart with every
+    abandoned epoch (which kept it in, and the job cycling epochs, for ever)."""
+    ev = tmp_path / "events"
+    p = job.start(["-np", 3, "--min-np", 2, "-H", "localhost:1,127.0.0.2:1,127.0.0.3:1", "--rendezvous-timeout", 6,
+                   "--events", ev, SGD, *ARGS, "--step-ms", 10], env={"ELASTICRUN_COLLECTIVE_TIMEOUT": "1.5"})
+    by_host = {host_of(pid): pid for pid in sgd_workers(job, 3)}
+    time.sleep(0.5)
+    os.kill(by_host["127.0.0.2"], signal.SIGSTOP)
+    out, err = p.communicate(timeout=90)
+    check(out, err, p.returncode, 2, reference())
+    events = job.events(ev)
+    blacklisted = [e["host"] for e in events if e["event"] == "host_blacklisted"]
+    assert blacklisted == ["127.0.0.2"], events
+    sizes = [e["size"] for e in epochs(events)]
+    assert sizes[-1] == 2 and len(sizes) <= 6, sizes  # a few abandoned epochs at most
