@@ -18,20 +18,28 @@ Memory memory_of(const void* p) { return collective::device_memory_of(p); }
 
 bool available(std::string* why) { return collective::device_available(why); }
 
+int use_device(const Context& ctx) { return collective::use_device(ctx.topology().local_rank); }
+
 // The unique id travels through the rendezvous store under this epoch's scope, and the
 // communicator watches the control plane's AbortSignal, so a dead peer (which NCCL may
 // never report) ends a device wait as promptly as a host one. A context without a
 // rendezvous connection (built around a bare Communicator) broadcasts the id instead.
-std::unique_ptr<Communicator> make_communicator(Context& ctx) {
+namespace {
+
+std::unique_ptr<Communicator> make_on(Context& ctx, int device) {
   const Topology& topo = ctx.topology();
   collective::DeviceCommConfig cfg;
+  cfg.device = device;
   cfg.rank = topo.rank;
   cfg.size = topo.size;
   cfg.local_rank = topo.local_rank;
   cfg.timeout = collective::collective_timeout_from_env();
   int rank = topo.rank;
   if (auto client = ContextInternals::client(ctx)) {
-    auto exchange = collective::store_id_exchange(client, "e" + std::to_string(topo.epoch) + "/", rank);
+    std::string scope = "e";
+    scope += std::to_string(topo.epoch);
+    scope += '/';
+    auto exchange = collective::store_id_exchange(client, std::move(scope), rank);
     return collective::make_device_communicator(cfg, exchange, client->abort_signal());
   }
   collective::IdExchange exchange = [&ctx, rank](const std::function<collective::Bytes()>& make_id,
@@ -44,6 +52,10 @@ std::unique_ptr<Communicator> make_communicator(Context& ctx) {
   return collective::make_device_communicator(cfg, exchange, std::make_shared<collective::AbortSignal>());
 }
 
+}  // namespace
+
+std::unique_ptr<Communicator> make_communicator(Context& ctx) { return make_on(ctx, -1); }
+
 Collectives::Collectives(Context& ctx) : ctx_(ctx) {}
 Collectives::~Collectives() = default;
 
@@ -54,11 +66,15 @@ Communicator* Collectives::device_for(const void* buf) {
     // Shrink the old epoch's communicator when the new epoch only removed ranks, else
     // build afresh (device_rebuild.h). On an error dev_ stays empty: the next epoch
     // starts afresh.
+    // The first communicator's device holds for later epochs: the caller's buffers live
+    // there, even if this rank's local rank changed.
     collective::DeviceBackend backend{collective::device_can_shrink, collective::shrink_device_communicator,
-                                      [this] { return make_communicator(ctx_); }};
+                                      [this] { return make_on(ctx_, device_); },
+                                      collective::discard_device_communicator};
     dev_ = collective::rebuild(ctx_.comm(), std::move(dev_), dev_epoch_, epoch,
                                collective::shrink_enabled_from_env(), backend);
     dev_epoch_ = epoch;
+    device_ = dev_->device();
   }
   return dev_.get();
 }

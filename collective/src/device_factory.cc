@@ -44,11 +44,13 @@ std::unique_ptr<device::Communicator> make_device_communicator(const DeviceCommC
   return make_nccl_communicator(cfg, exchange, std::move(abort));
 }
 bool device_can_shrink(device::Communicator& c) { return nccl_can_shrink(c); }
+void discard_device_communicator(device::Communicator& c) { nccl_discard(c); }
 std::unique_ptr<device::Communicator> shrink_device_communicator(device::Communicator& old,
                                                                  std::span<const int> excluded) {
   return shrink_nccl_communicator(old, excluded);
 }
 device::Memory device_memory_of(const void* p) { return nccl_memory_of(p); }
+int use_device(int local_rank) { return nccl_use_device(local_rank); }
 bool device_available(std::string* why) { return nccl_available(why); }
 std::shared_ptr<MemoryOps> device_memory_ops() { return make_cuda_memory_ops(collective_timeout_from_env()); }
 #else
@@ -57,10 +59,14 @@ std::unique_ptr<device::Communicator> make_device_communicator(const DeviceCommC
   throw Error("device collectives: libelasticrun was built without the NCCL backend (meson -Dnccl=enabled)");
 }
 bool device_can_shrink(device::Communicator&) { return false; }
+void discard_device_communicator(device::Communicator&) {}
 std::unique_ptr<device::Communicator> shrink_device_communicator(device::Communicator&, std::span<const int>) {
   throw Error("device collectives: libelasticrun was built without the NCCL backend (meson -Dnccl=enabled)");
 }
 device::Memory device_memory_of(const void*) { return device::Memory::host; }
+int use_device(int) {
+  throw Error("device collectives: libelasticrun was built without the NCCL backend (meson -Dnccl=enabled)");
+}
 bool device_available(std::string* why) {
   if (why) *why = "built without the NCCL backend";
   return false;

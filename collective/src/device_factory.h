@@ -22,6 +22,7 @@ struct DeviceCommConfig {
   int rank = 0, size = 1;
   int local_rank = 0;
   std::chrono::milliseconds timeout{300000};  // per-operation deadline (init included)
+  int device = -1;  // the CUDA device; -1: choose from ELASTICRUN_DEVICE / local_rank (device_config.h)
 };
 
 // Gives every rank rank 0's unique id: rank 0 calls make_id. Bounded by the deadline.
@@ -36,9 +37,13 @@ std::unique_ptr<device::Communicator> make_device_communicator(const DeviceCommC
 // ncclCommShrink seam (nccl_communicator.h); without NCCL can_shrink is false and
 // shrink throws Error.
 bool device_can_shrink(device::Communicator& c);
+// Ends `c` at once (ncclCommAbort) rather than with a clean finalize; no-op without NCCL.
+void discard_device_communicator(device::Communicator& c);
 std::unique_ptr<device::Communicator> shrink_device_communicator(device::Communicator& old,
                                                                  std::span<const int> excluded);
 device::Memory device_memory_of(const void* p);
+// Selects (device_config.h) and sets the current device for `local_rank`; its index.
+int use_device(int local_rank);
 bool device_available(std::string* why);
 // The elastic State's memory seam: CUDA copies with the backend, memcpy without.
 std::shared_ptr<MemoryOps> device_memory_ops();

@@ -70,6 +70,7 @@ std::unique_ptr<device::Communicator> rebuild(Communicator& host, std::unique_pt
            new_epoch, host.rank(), old_epoch, plan.excluded.size(), ms());
     return next;
   }
+  if (old && backend.discard) backend.discard(*old);
   old.reset();  // the old epoch's communicator goes before the new one is built (timed too)
   auto next = backend.make();
   ER_LOG(collective, info, "epoch {} rank {}: device communicator initialised afresh in {:.1f} ms ({})", new_epoch,

@@ -56,11 +56,14 @@ struct DeviceBackend {
   std::function<bool(device::Communicator&)> can_shrink;  // alive and of this backend
   std::function<std::unique_ptr<device::Communicator>(device::Communicator&, std::span<const int>)> shrink;
   std::function<std::unique_ptr<device::Communicator>()> make;  // a fresh one for the new epoch
+  std::function<void(device::Communicator&)> discard;            // end an old one at once (may be empty)
 };
 
 // The device communicator of the new epoch, whose host communicator is `host`: `old`
 // (null if none) was built for `old_epoch`. Collective over `host`. With a shrink plan
-// every survivor shrinks `old`; otherwise `old` is destroyed before a fresh one is made.
+// every survivor shrinks `old`; otherwise `old` is discarded (backend.discard: an abort,
+// since a clean finalize could wait on peers that are gone) and destroyed before a fresh
+// one is made.
 // Logs which, why and how long it took (component collective, info).
 std::unique_ptr<device::Communicator> rebuild(Communicator& host, std::unique_ptr<device::Communicator> old,
                                               std::uint64_t old_epoch, std::uint64_t new_epoch, bool shrink_enabled,

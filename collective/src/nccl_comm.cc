@@ -10,7 +10,8 @@
 #include <thread>
 #include <vector>
 
-static_assert(NCCL_VERSION_CODE >= 22700, "elasticrun's NCCL backend needs NCCL >= 2.27 (ncclCommShrink)");
+static_assert(NCCL_VERSION_CODE >= NCCL_VERSION(2, 28, 3),
+              "elasticrun's NCCL backend needs NCCL >= 2.28.3 (ncclCommShrink, ncclAlltoAll)");
 static_assert(sizeof(ncclUniqueId) == elasticrun::collective::kNcclIdBytes, "ncclUniqueId size changed");
 
 namespace elasticrun::collective {
@@ -44,6 +45,14 @@ void check_launch(ncclResult_t r, const std::string& what) {
 }
 
 }  // namespace
+
+void check_nccl_version() {
+  int v = 0;
+  check_nccl(ncclGetVersion(&v), "ncclGetVersion");
+  if (v < NCCL_VERSION(2, 28, 3))
+    throw Error("nccl: the loaded NCCL is version code " + std::to_string(v) +
+                "; elasticrun needs 2.28.3 or later (ncclCommShrink, ncclAlltoAll)");
+}
 
 Bytes make_nccl_unique_id() {
   ncclUniqueId uid;
@@ -165,11 +174,37 @@ NcclComm NcclComm::shrink(std::span<const int> excluded, const Watch& w) {
   if (!comm_) throw WorkersFailed(w.what + ": the NCCL communicator was aborted");
   std::vector<int> ex(excluded.begin(), excluded.end());
   ncclConfig_t cfg = nonblocking_config();
-  ncclComm_t raw = nullptr;
-  ncclResult_t r = ncclCommShrink(comm_, ex.data(), static_cast<int>(ex.size()), &raw, &cfg, NCCL_SHRINK_ABORT);
-  NcclComm out(raw);
-  check_launch(r, w.what + ": ncclCommShrink");
-  out.wait_ready(w);
+  // In non-blocking mode NCCL builds the child in a job attached to this (the parent)
+  // communicator: `child` stays null until the job stores it, and the job's progress and
+  // errors show on the parent. So poll the parent, then the child; on any failure abort
+  // the parent first, which joins the job, so nothing writes `child` after we leave.
+  ncclComm_t child = nullptr;
+  auto current_child = [&child] { return __atomic_load_n(&child, __ATOMIC_ACQUIRE); };
+  try {
+    check_launch(ncclCommShrink(comm_, ex.data(), static_cast<int>(ex.size()), &child, &cfg, NCCL_SHRINK_ABORT),
+                 w.what + ": ncclCommShrink");
+    Backoff b;
+    for (;;) {
+      ncclResult_t st = async_state();
+      ncclComm_t c = current_child();
+      if (st == ncclSuccess && c) {
+        ncclResult_t cs = ncclSuccess;
+        if (ncclCommGetAsyncError(c, &cs) != ncclSuccess) cs = ncclInternalError;
+        if (cs == ncclSuccess) break;
+        st = cs;  // the child's own error, or still in progress
+      }
+      if (st != ncclSuccess && st != ncclInProgress)
+        throw_if_failed(classify(st), w.what, std::string("nccl: ") + ncclGetErrorString(st) + " (" +
+                                                  ncclGetLastError(comm_) + ")");
+      check_watch(w);
+      b.pause();
+    }
+  } catch (...) {
+    abort();
+    if (ncclComm_t c = current_child()) ncclCommAbort(c);
+    throw;
+  }
+  NcclComm out(current_child());
   abort();  // the parent's operations were terminated by NCCL_SHRINK_ABORT: free it
   return out;
 }

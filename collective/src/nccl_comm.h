@@ -8,7 +8,7 @@
 //     reports no dead peer on the same host (its kernel just spins), so this flag is
 //     the first line of failure detection; on it the communicator is aborted
 //     (ncclCommAbort) and WorkersFailed / HostsUpdated is thrown;
-//   - ncclCommGetAsyncError: NCCL's own view (remote/system errors from network peers);
+//   - ncclCommGetAsyncError: NCCL's own view (a remote peer lost, a local fault);
 //   - cudaStreamQuery for stream completion (never cudaStreamSynchronize);
 //   - the deadline: past it the communicator is aborted and TimeoutError thrown.
 // An aborted NcclComm is empty; any later use throws WorkersFailed.
@@ -73,6 +73,9 @@ class NcclComm {
 // for work that involves no communicator (memory copies). Throws Error on a CUDA error,
 // TimeoutError past the deadline; the stream's work stays queued then.
 void wait_stream_idle(cudaStream_t stream, const Watch& w);
+
+// Throws Error when the NCCL loaded at run time is older than the one this backend needs.
+void check_nccl_version();
 
 // rank 0's half of the id exchange: ncclGetUniqueId as bytes.
 Bytes make_nccl_unique_id();

@@ -12,14 +12,41 @@
 namespace elasticrun::collective {
 namespace {
 
+// A device buffer allocated and freed in stream order (cudaMallocAsync / cudaFreeAsync).
+class StreamScratch {
+ public:
+  StreamScratch() = default;
+  StreamScratch(const StreamScratch&) = delete;
+  StreamScratch& operator=(const StreamScratch&) = delete;
+  ~StreamScratch() {
+    if (p_) cudaFreeAsync(p_, stream_);
+  }
+  // A copy of `bytes` of device memory at `src`, made on `s` (the current device's).
+  const void* copy_of(const void* src, std::size_t bytes, cudaStream_t s) {
+    check_cuda(cudaMallocAsync(&p_, bytes, s), "alltoall in place: cudaMallocAsync");
+    stream_ = s;
+    check_cuda(cudaMemcpyAsync(p_, src, bytes, cudaMemcpyDeviceToDevice, s), "alltoall in place: cudaMemcpyAsync");
+    return p_;
+  }
+
+ private:
+  void* p_ = nullptr;
+  cudaStream_t stream_ = nullptr;
+};
+
 class NcclCommunicator final : public device::Communicator {
  public:
   NcclCommunicator(const DeviceCommConfig& cfg, const IdExchange& exchange, std::shared_ptr<AbortSignal> abort)
       : cfg_(cfg), abort_(std::move(abort)) {
     if (cfg.size < 1 || cfg.rank < 0 || cfg.rank >= cfg.size)
       throw Error("nccl: rank " + std::to_string(cfg.rank) + " of size " + std::to_string(cfg.size));
-    device_ = select_device_from_env(cfg.local_rank, nccl_device_count());
-    check_cuda(cudaSetDevice(device_), "nccl: cudaSetDevice(" + std::to_string(device_) + ")");
+    check_nccl_version();
+    if (cfg.device >= 0) {
+      device_ = cfg.device;
+      check_cuda(cudaSetDevice(device_), "nccl: cudaSetDevice(" + std::to_string(device_) + ")");
+    } else {
+      device_ = nccl_use_device(cfg.local_rank);
+    }
     Watch w = watch("nccl init");
     Bytes id = exchange([] { return make_nccl_unique_id(); }, w.deadline);
     comm_ = NcclComm::init(cfg.size, cfg.rank, id, w);
@@ -30,7 +57,7 @@ class NcclCommunicator final : public device::Communicator {
   int device() const override { return device_; }
 
   void allreduce(const void* in, void* out, std::size_t count, DataType t, ReduceOp op, void* stream) override {
-    check_args("allreduce", in, out, count);
+    if (!check_args("allreduce", in, out, count)) return;
     run("allreduce", stream, [&](cudaStream_t s) {
       return ncclAllReduce(in, out, count, to_nccl(t), to_nccl(op), comm_.get(), s);
     });
@@ -38,14 +65,14 @@ class NcclCommunicator final : public device::Communicator {
 
   void broadcast(void* buf, std::size_t count, DataType t, int root, void* stream) override {
     if (root < 0 || root >= cfg_.size) throw Error("broadcast: root " + std::to_string(root) + " out of range");
-    check_args("broadcast", buf, buf, count);
+    if (!check_args("broadcast", buf, buf, count)) return;
     run("broadcast", stream, [&](cudaStream_t s) {
       return ncclBroadcast(buf, buf, count, to_nccl(t), root, comm_.get(), s);
     });
   }
 
   void allgather(const void* in, void* out, std::size_t count, DataType t, void* stream) override {
-    check_args("allgather", in, out, count);
+    if (!check_args("allgather", in, out, count)) return;
     run("allgather", stream, [&](cudaStream_t s) {
       return ncclAllGather(in, out, count, to_nccl(t), comm_.get(), s);
     });
@@ -53,20 +80,28 @@ class NcclCommunicator final : public device::Communicator {
 
   void reduce_scatter(const void* in, void* out, std::size_t count, DataType t, ReduceOp op,
                       void* stream) override {
-    check_args("reduce_scatter", in, out, count);
+    if (!check_args("reduce_scatter", in, out, count)) return;
     run("reduce_scatter", stream, [&](cudaStream_t s) {
       return ncclReduceScatter(in, out, count, to_nccl(t), to_nccl(op), comm_.get(), s);
     });
   }
 
+  // NCCL's alltoall sends block j while block j arrives from rank j, so in place the input
+  // is first copied to a scratch buffer on the stream (freed on the stream afterwards).
   void alltoall(const void* in, void* out, std::size_t count, DataType t, void* stream) override {
-    check_args("alltoall", in, out, count);
+    if (!check_args("alltoall", in, out, count)) return;
+    StreamScratch scratch;
     run("alltoall", stream, [&](cudaStream_t s) {
-      return ncclAlltoAll(in, out, count, to_nccl(t), comm_.get(), s);
+      const void* src = in;
+      if (in == out && cfg_.size > 1) src = scratch.copy_of(in, count * size_of(t) * cfg_.size, s);
+      return ncclAlltoAll(src, out, count, to_nccl(t), comm_.get(), s);
     });
   }
 
   bool alive() const { return static_cast<bool>(comm_); }
+  // Ends this communicator at once (ncclCommAbort): for an epoch that builds afresh,
+  // where a clean finalize could wait on peers that are gone.
+  void discard() { comm_.abort(); }
 
   // The survivors' communicator without `excluded` (NCCL_SHRINK_ABORT); this one is spent.
   std::unique_ptr<NcclCommunicator> shrink(std::span<const int> excluded) {
@@ -85,10 +120,28 @@ class NcclCommunicator final : public device::Communicator {
 
   Watch watch(const char* what) const { return Watch{abort_.get(), Clock::now() + cfg_.timeout, what}; }
 
-  void check_args(const char* what, const void* in, const void* out, std::size_t count) const {
+  // Throws for bad arguments, an aborted communicator or a raised abort; false when there
+  // is nothing to move (count 0: every rank passes the same count, so all return).
+  bool check_args(const char* what, const void* in, const void* out, std::size_t count) const {
     if (count > 0 && (!in || !out)) throw Error(std::string(what) + ": null buffer");
     if (!comm_) throw WorkersFailed(std::string(what) + ": the NCCL communicator was aborted; rejoin first");
     if (abort_) abort_->check();
+    if (count == 0) return false;
+    check_on_my_device(what, in);
+    if (out != in) check_on_my_device(what, out);
+    return true;
+  }
+
+  // NCCL does not check pointers: a buffer on another GPU would fault inside its kernel.
+  void check_on_my_device(const char* what, const void* p) const {
+    cudaPointerAttributes attr{};
+    check_cuda(cudaPointerGetAttributes(&attr, p), std::string(what) + ": cudaPointerGetAttributes");
+    if (attr.type == cudaMemoryTypeDevice && attr.device != device_)
+      throw Error(std::string(what) + ": a buffer is on CUDA device " + std::to_string(attr.device) +
+                  ", the communicator on device " + std::to_string(device_) +
+                  " (allocate after elasticrun::device::use_device)");
+    if (attr.type != cudaMemoryTypeDevice && attr.type != cudaMemoryTypeManaged)
+      throw Error(std::string(what) + ": a buffer is not device memory");
   }
 
   // Launches one operation (which may answer ncclInProgress) and waits for its stream.
@@ -98,7 +151,12 @@ class NcclCommunicator final : public device::Communicator {
     check_cuda(cudaSetDevice(device_), std::string(what) + ": cudaSetDevice");
     auto s = static_cast<cudaStream_t>(stream);
     ncclResult_t r = launch(s);
-    if (classify(r) == Outcome::workers_failed) comm_.abort();
+    // A failed launch leaves the communicator in an unknown state: abort it (the next
+    // epoch then builds afresh instead of shrinking it), unless NCCL only refused the
+    // arguments.
+    Outcome o = classify(r);
+    if ((o == Outcome::workers_failed || o == Outcome::error) && r != ncclInvalidArgument && r != ncclInvalidUsage)
+      comm_.abort();
     check_nccl(r, what);  // returns for success and ncclInProgress
     comm_.wait_ready(w);  // a non-blocking launch may still be enqueuing
     comm_.wait_stream(s, w);
@@ -120,6 +178,12 @@ int nccl_device_count() {
   return n;
 }
 
+int nccl_use_device(int local_rank) {
+  int device = select_device_from_env(local_rank, nccl_device_count());
+  check_cuda(cudaSetDevice(device), "nccl: cudaSetDevice(" + std::to_string(device) + ")");
+  return device;
+}
+
 std::unique_ptr<device::Communicator> make_nccl_communicator(const DeviceCommConfig& cfg, const IdExchange& exchange,
                                                              std::shared_ptr<AbortSignal> abort) {
   return std::make_unique<NcclCommunicator>(cfg, exchange, std::move(abort));
@@ -130,6 +194,10 @@ std::unique_ptr<device::Communicator> shrink_nccl_communicator(device::Communica
   auto* nccl = dynamic_cast<NcclCommunicator*>(&old);
   if (!nccl) throw Error("nccl shrink: not an NCCL communicator");
   return nccl->shrink(excluded);
+}
+
+void nccl_discard(device::Communicator& c) {
+  if (auto* nccl = dynamic_cast<NcclCommunicator*>(&c)) nccl->discard();
 }
 
 bool nccl_can_shrink(device::Communicator& c) {
@@ -151,9 +219,15 @@ static bool cuda_in_use() {
 device::Memory nccl_memory_of(const void* p) {
   if (!p || !cuda_in_use()) return device::Memory::host;
   cudaPointerAttributes attr{};
-  if (cudaPointerGetAttributes(&attr, p) != cudaSuccess) {
-    cudaGetLastError();  // an unknown pointer is host memory; clear the error it left
-    return device::Memory::host;
+  cudaError_t e = cudaPointerGetAttributes(&attr, p);
+  if (e != cudaSuccess) {
+    // Host memory CUDA never saw answers cudaSuccess (cudaMemoryTypeUnregistered). Only
+    // "no usable device" means host; anything else (a context broken by a fault) is an
+    // error, not a reason to send a device buffer down the host path.
+    cudaGetLastError();
+    if (e == cudaErrorNoDevice || e == cudaErrorInsufficientDriver || e == cudaErrorInitializationError)
+      return device::Memory::host;
+    check_cuda(e, "device::memory_of: cudaPointerGetAttributes");
   }
   return attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged ? device::Memory::device
                                                                                   : device::Memory::host;

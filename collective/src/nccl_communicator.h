@@ -19,10 +19,14 @@ std::unique_ptr<device::Communicator> make_nccl_communicator(const DeviceCommCon
 // Every survivor calls it. Ranks keep their relative order, as the launcher assigns them.
 std::unique_ptr<device::Communicator> shrink_nccl_communicator(device::Communicator& old,
                                                                std::span<const int> excluded);
+// Aborts `c`'s NCCL communicator (ncclCommAbort) if it is one.
+void nccl_discard(device::Communicator& c);
 // True if `c` is an NCCL communicator whose handle is alive (not aborted), so it can shrink.
 bool nccl_can_shrink(device::Communicator& c);
 device::Memory nccl_memory_of(const void* p);
 bool nccl_available(std::string* why);
+// Selects this worker's device (device_config.h) and makes it current; its index.
+int nccl_use_device(int local_rank);
 // cudaGetDeviceCount, throwing Error("no CUDA device: <error>") when it fails or finds none.
 int nccl_device_count();
 

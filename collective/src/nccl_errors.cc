@@ -8,8 +8,7 @@ Outcome classify(ncclResult_t r) {
   switch (r) {
     case ncclSuccess: return Outcome::done;
     case ncclInProgress: return Outcome::pending;
-    case ncclRemoteError:
-    case ncclSystemError: return Outcome::workers_failed;
+    case ncclRemoteError: return Outcome::workers_failed;
     default: return Outcome::error;
   }
 }

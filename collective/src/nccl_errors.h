@@ -3,11 +3,13 @@
 // A pure function of the code, so it is unit-tested without a GPU. The policy:
 //   ncclSuccess / cudaSuccess                  -> done
 //   ncclInProgress / cudaErrorNotReady         -> pending (keep polling)
-//   ncclRemoteError, ncclSystemError           -> WorkersFailed: a peer or the network
+//   ncclRemoteError                            -> WorkersFailed: a peer or the network
 //                                                 between us went away; re-join
-//   ncclInvalidArgument, ncclInvalidUsage,     -> Error: a bug or bad input, not
-//   ncclInternalError, ncclUnhandledCudaError,    recoverable by re-joining
-//   any other CUDA error
+//   ncclSystemError, ncclInvalidArgument,      -> Error: a fault of this process or its
+//   ncclInvalidUsage, ncclInternalError,          host (NCCL also reports a full /dev/shm
+//   ncclUnhandledCudaError, any CUDA error        or a failed bind as a system error), a
+//                                                 bug or bad input: re-joining would only
+//                                                 meet it again
 // NCCL reports remote errors only for peers it reaches over the network, and never
 // times out: a dead peer on the same host leaves a kernel spinning. That is why every
 // wait also watches the control plane's AbortSignal and a deadline (nccl_comm.h).

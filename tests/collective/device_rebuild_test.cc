@@ -76,7 +76,7 @@ class FakeDeviceComm final : public device::Communicator {
 };
 
 struct Outcome {
-  std::atomic<int> shrinks{0}, makes{0};
+  std::atomic<int> shrinks{0}, makes{0}, discards{0};
   std::vector<std::vector<int>> excluded;
 };
 
@@ -103,7 +103,8 @@ void rebuild_world(int n, int old_size, std::vector<int> old_ranks, bool enabled
         [&, r, n] {
           ++out.makes;
           return std::make_unique<FakeDeviceComm>(r, n);
-        }};
+        },
+        [&](device::Communicator&) { ++out.discards; }};
     auto next = rebuild(host, std::move(old), 4, 5, enabled, be);
     EXPECT_EQ(next->rank(), r);
     EXPECT_EQ(next->size(), n);
@@ -115,6 +116,7 @@ TEST(DeviceRebuild, SurvivorsAgreeToShrink) {
   rebuild_world(3, 4, {0, 1, 3}, true, out);
   EXPECT_EQ(out.shrinks.load(), 3);
   EXPECT_EQ(out.makes.load(), 0);
+  EXPECT_EQ(out.discards.load(), 0);  // shrinking ends the old communicators itself
   for (auto& ex : out.excluded) EXPECT_EQ(ex, (std::vector<int>{2}));
 }
 
@@ -123,6 +125,7 @@ TEST(DeviceRebuild, ANewcomerMeansFreshInitEverywhere) {
   rebuild_world(3, 2, {0, 1, -1}, true, out);
   EXPECT_EQ(out.shrinks.load(), 0);
   EXPECT_EQ(out.makes.load(), 3);
+  EXPECT_EQ(out.discards.load(), 2);  // each old communicator is aborted, not finalized
 }
 
 TEST(DeviceRebuild, OneAbortedCommunicatorOrTheSwitchMeansFreshInit) {

@@ -124,5 +124,23 @@ TEST(DeviceApi, HostMemoryIsHost) {
   EXPECT_EQ(elasticrun::device::memory_of(v.data()), elasticrun::device::Memory::host);
   EXPECT_EQ(elasticrun::device::memory_of(nullptr), elasticrun::device::Memory::host);
   std::string why;
-  if (!elasticrun::device::available(&why)) EXPECT_FALSE(why.empty());
+  if (!elasticrun::device::available(&why)) {
+    EXPECT_FALSE(why.empty());
+  }
+}
+
+// Without a device (or without the backend) use_device says why instead of picking one;
+// with one, it returns an index among the visible devices.
+TEST(DeviceApi, UseDeviceNeedsADevice) {
+  std::string why;
+  if (elasticrun::device::available(&why)) {
+    EXPECT_GE(ec::use_device(0), 0);
+    return;
+  }
+  try {
+    ec::use_device(0);
+    ADD_FAILURE() << "use_device without a device returned";
+  } catch (const elasticrun::Error& e) {
+    EXPECT_NE(std::string(e.what()).find(why.substr(0, 12)), std::string::npos) << e.what() << " vs " << why;
+  }
 }

@@ -11,7 +11,7 @@ TEST(NcclErrors, Classify) {
   EXPECT_EQ(ec::classify(ncclSuccess), Outcome::done);
   EXPECT_EQ(ec::classify(ncclInProgress), Outcome::pending);
   EXPECT_EQ(ec::classify(ncclRemoteError), Outcome::workers_failed);
-  EXPECT_EQ(ec::classify(ncclSystemError), Outcome::workers_failed);
+  EXPECT_EQ(ec::classify(ncclSystemError), Outcome::error);  // local: /dev/shm, bind, allocation
   EXPECT_EQ(ec::classify(ncclInvalidArgument), Outcome::error);
   EXPECT_EQ(ec::classify(ncclInvalidUsage), Outcome::error);
   EXPECT_EQ(ec::classify(ncclInternalError), Outcome::error);
@@ -29,14 +29,15 @@ TEST(NcclErrors, TypedExceptions) {
   EXPECT_NO_THROW(ec::check_nccl(ncclSuccess, "x"));
   EXPECT_NO_THROW(ec::check_nccl(ncclInProgress, "x"));
   EXPECT_THROW(ec::check_nccl(ncclRemoteError, "allreduce"), elasticrun::WorkersFailed);
-  EXPECT_THROW(ec::check_nccl(ncclSystemError, "allreduce"), elasticrun::WorkersFailed);
-  try {
-    ec::check_nccl(ncclInvalidArgument, "allreduce");
-    FAIL() << "no throw";
-  } catch (const elasticrun::WorkersFailed&) {
-    FAIL() << "an invalid argument is not a peer failure";
-  } catch (const elasticrun::Error& e) {
-    EXPECT_NE(std::string(e.what()).find("allreduce: nccl: "), std::string::npos) << e.what();
+  for (ncclResult_t local : {ncclInvalidArgument, ncclSystemError}) {
+    try {
+      ec::check_nccl(local, "allreduce");
+      FAIL() << "no throw";
+    } catch (const elasticrun::WorkersFailed&) {
+      FAIL() << ncclGetErrorString(local) << " is not a peer failure";
+    } catch (const elasticrun::Error& e) {
+      EXPECT_NE(std::string(e.what()).find("allreduce: nccl: "), std::string::npos) << e.what();
+    }
   }
   EXPECT_THROW(ec::check_cuda(cudaErrorInvalidValue, "memcpy"), elasticrun::Error);
   EXPECT_NO_THROW(ec::check_cuda(cudaErrorNotReady, "query"));

@@ -16,7 +16,8 @@
 //
 // Device choice: ELASTICRUN_DEVICE=N (an index among the visible ones) when set, which
 // the daemon does per worker (slot % GPUs, stable across epochs) unless the user set it
-// or CUDA_VISIBLE_DEVICES; otherwise `local_rank % device_count`.
+// or CUDA_VISIBLE_DEVICES; otherwise `local_rank % device_count`. Call use_device(ctx)
+// before allocating device buffers, so they live on the GPU the communicator uses.
 //
 // At a new epoch that only removed ranks, Collectives shrinks the previous communicator
 // (ncclCommShrink) instead of building one afresh; ELASTICRUN_NCCL_SHRINK=0 disables it.
@@ -40,6 +41,11 @@ Memory memory_of(const void* p);
 // True if this build has the NCCL backend and a CUDA device is visible; otherwise false
 // with the reason in `*why` (if given), e.g. "no CUDA device: cudaErrorNoDevice".
 bool available(std::string* why = nullptr);
+
+// Makes this worker's device (see "Device choice" above) the calling thread's current
+// CUDA device (cudaSetDevice) and returns its index. Throws Error without the backend
+// or a device, or for a malformed or out-of-range ELASTICRUN_DEVICE.
+int use_device(const Context& ctx);
 
 // Collectives on device buffers, for one epoch. Same shapes as elasticrun::Communicator;
 // `count` is in elements; in == out means in place.
@@ -66,9 +72,9 @@ class Communicator {
 std::unique_ptr<Communicator> make_communicator(Context& ctx);
 
 // One entry point for host and device buffers: device buffers go to a device
-// communicator (made on first use, remade when ctx's epoch changes), host buffers to
-// ctx.comm() (the stream is ignored; the caller has finished writing them). All ranks
-// must pass buffers of the same kind to one call.
+// communicator (made on first use, remade when ctx's epoch changes, on the device of
+// the first one), host buffers to ctx.comm() (the stream is ignored; the caller has
+// finished writing them). All ranks must pass buffers of the same kind to one call.
 class Collectives {
  public:
   explicit Collectives(Context& ctx);
@@ -86,6 +92,7 @@ class Collectives {
   Context& ctx_;
   std::unique_ptr<Communicator> dev_;
   std::uint64_t dev_epoch_ = 0;
+  int device_ = -1;  // the CUDA device of the first communicator, kept for later epochs
 };
 
 }  // namespace elasticrun::device
