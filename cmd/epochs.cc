@@ -170,13 +170,19 @@ void Job::begin_epoch(rendezvous::Plan plan, msg::NotifyKind kind, const std::st
   ER_LOG(driver, info, "epoch {}: {} workers ({} new, {} kept, {} removed)", assignment_.epoch, assignment_.size(),
          plan.spawn.size(), plan.keep.size(), plan.remove.size());
   for (const auto& w : plan.spawn) spawn(w);
-  // A worker that joined the previous epoch, or is new, gets the whole join timeout; one
-  // that missed the previous epoch too keeps waiting on its first deadline.
+  // A worker that joined the previous epoch, or is new, gets a whole join timeout (a new
+  // one --start-timeout); one that missed the previous epoch too keeps its deadline.
   auto now = Clock::now();
-  for (const auto& w : assignment_.workers)
-    if (auto it = workers_.find({w.host, w.slot}); it != workers_.end())
-      if (it->second.joined_epoch + 1 >= assignment_.epoch || it->second.awaited_since == Clock::time_point{})
-        it->second.awaited_since = now;
+  for (const auto& w : assignment_.workers) {
+    auto it = workers_.find({w.host, w.slot});
+    if (it == workers_.end()) continue;
+    Worker& x = it->second;
+    if (x.joined_epoch + 1 >= assignment_.epoch || x.awaited_from_epoch == 0) {
+      x.join_limit = x.joined_epoch == 0 || !opts_.elastic ? opts_.start_timeout : opts_.rendezvous_timeout;
+      x.join_deadline = now + x.join_limit;
+      x.awaited_from_epoch = assignment_.epoch;
+    }
+  }
   epoch_broken_ = false;
   arm_join_timer();
   if (auto expiry = membership_.next_expiry(Clock::now())) {
@@ -187,24 +193,23 @@ void Job::begin_epoch(rendezvous::Plan plan, msg::NotifyKind kind, const std::st
   }
 }
 
-// The join deadline of each worker of the current epoch that has not joined it yet.
-std::vector<std::pair<Job::Place, Clock::time_point>> Job::join_deadlines() const {
-  auto epoch = assignment_.epoch;
-  auto limit = epoch == 1 || !opts_.elastic ? opts_.start_timeout : opts_.rendezvous_timeout;
-  std::vector<std::pair<Place, Clock::time_point>> out;
+// The workers of the current epoch that have not joined it (nor exited, nor been removed).
+std::vector<Job::Place> Job::not_joined() const {
+  std::vector<Place> out;
   for (const auto& r : assignment_.workers) {
     auto it = workers_.find({r.host, r.slot});
-    if (it != workers_.end() && !it->second.removed && !it->second.exited_ok && it->second.joined_epoch < epoch)
-      out.emplace_back(Place{r.host, r.slot}, it->second.awaited_since + limit);
+    if (it != workers_.end() && !it->second.removed && !it->second.exited_ok &&
+        it->second.joined_epoch < assignment_.epoch)
+      out.push_back({r.host, r.slot});
   }
   return out;
 }
 
 void Job::arm_join_timer() {
-  auto deadlines = join_deadlines();
-  if (deadlines.empty()) return;
-  auto first = deadlines.front().second;
-  for (const auto& [p, d] : deadlines) first = std::min(first, d);
+  auto waiting = not_joined();
+  if (waiting.empty()) return;
+  auto first = workers_.at(waiting.front()).join_deadline;
+  for (const auto& p : waiting) first = std::min(first, workers_.at(p).join_deadline);
   join_timer_.expires_at(first);
   join_timer_.async_wait([this, e = assignment_.epoch](boost::system::error_code ec) {
     if (!ec) on_join_timeout(e);
@@ -217,10 +222,10 @@ void Job::on_join_timeout(std::uint64_t epoch) {
   if (exit_code_ >= 0 || epoch != assignment_.epoch) return;
   std::vector<Place> late;
   auto now = Clock::now();
-  for (const auto& [p, deadline] : join_deadlines())
-    if (deadline <= now) late.push_back(p);
+  for (const auto& p : not_joined())
+    if (workers_.at(p).join_deadline <= now) late.push_back(p);
   if (late.empty()) return arm_join_timer();  // others are due later
-  auto limit = epoch == 1 || !opts_.elastic ? opts_.start_timeout : opts_.rendezvous_timeout;
+  auto limit = workers_.at(late.front()).join_limit;
   if (!opts_.elastic) {
     std::string names;
     for (std::size_t i = 0; i < late.size() && i < 8; ++i)
@@ -228,8 +233,13 @@ void Job::on_join_timeout(std::uint64_t epoch) {
     return finish(exit_code::kTimeout, fmt::format("{} of {} workers did not join within {:.1f} s (rank@host:{})",
                                                    late.size(), assignment_.size(), limit.count() / 1000.0, names));
   }
-  for (const auto& p : late)
-    on_worker_failed(p, fmt::format("did not join epoch {} within {:.1f} s", epoch, limit.count() / 1000.0));
+  for (const auto& p : late) {
+    const Worker& w = workers_.at(p);
+    std::string since = w.awaited_from_epoch < epoch ? fmt::format(" (waiting since epoch {})", w.awaited_from_epoch) : "";
+    on_worker_failed(p, fmt::format("did not join epoch {} within {:.1f} s{}", epoch, w.join_limit.count() / 1000.0,
+                                    since));
+  }
+  if (exit_code_ < 0 && epoch == assignment_.epoch) arm_join_timer();  // no new epoch: the rest are still due
 }
 
 void Job::wait_for_slots() {

@@ -39,9 +39,13 @@ class Job {
     int rank = -1;  // in the current epoch
     int pid = 0;
     std::uint64_t joined_epoch = 0;
-    // When the driver began waiting for it to join; kept across epochs it misses, so that
-    // epochs abandoned faster than --rendezvous-timeout cannot keep a silent worker in.
-    std::chrono::steady_clock::time_point awaited_since{};
+    // Until when the driver waits for it to join, from the epoch the wait began in, with
+    // that wait's limit (--start-timeout until it first joined, then
+    // --rendezvous-timeout). Kept across epochs it misses, so that epochs abandoned faster
+    // than the limit cannot keep a silent worker in.
+    std::chrono::steady_clock::time_point join_deadline{};
+    std::uint64_t awaited_from_epoch = 0;
+    std::chrono::milliseconds join_limit{0};
     bool removed = false;     // stopped on purpose: its exit is expected
     bool exited_ok = false;   // finished with status 0
   };
@@ -72,7 +76,7 @@ class Job {
   void begin_epoch(rendezvous::Plan plan, msg::NotifyKind kind, const std::string& reason);
   void remove_worker(const Place& p);
   void arm_join_timer();
-  std::vector<std::pair<Place, std::chrono::steady_clock::time_point>> join_deadlines() const;
+  std::vector<Place> not_joined() const;
   void on_join_timeout(std::uint64_t epoch);
   void wait_for_slots();
   std::set<Place> alive() const;

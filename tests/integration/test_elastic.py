@@ -85,6 +85,27 @@ def test_sigstopped_worker_is_failed_after_rendezvous_timeout(job, tmp_path):
     assert out.count("done after") == 2
 
 
+def test_worker_still_starting_keeps_its_start_timeout_in_a_later_epoch(job, tmp_path):
+    """The worker on 127.0.0.2 takes 4 s to start; the one on 127.0.0.3 exits 1 after 1 s,
+    which starts epoch 2 long before the first has ever joined. A worker that never joined
+    is still starting: it has --start-timeout (20 s) from its spawn, not the
+    --rendezvous-timeout (2 s) of re-joins, and the job finishes with it."""
+    ev = tmp_path / "events"
+    wrapper = tmp_path / "slow-start.sh"
+    wrapper.write_text("#!/bin/sh\n"
+                       "[ \"$ELASTICRUN_HOST\" = 127.0.0.3 ] && { sleep 1; exit 1; }\n"
+                       "[ \"$ELASTICRUN_HOST\" = 127.0.0.2 ] && sleep 4\n"
+                       f"exec {TESTPROG} \"$@\"\n")
+    wrapper.chmod(0o755)
+    r = job.run(["-np", 4, "--min-np", 2, "-H", HOSTS3, "--start-timeout", 20, "--rendezvous-timeout", 2,
+                 "--events", ev, wrapper, "--elastic", "--allreduce-seconds", 1], timeout=90)
+    assert r.returncode == 0, r.stderr
+    events = job.events(ev)
+    assert [e["host"] for e in events if e["event"] == "host_blacklisted"] == ["127.0.0.3"], events
+    assert [x["size"] for x in epochs(events)][-1] == 3, events
+    assert r.stdout.count("done after") == 3
+
+
 def test_killed_daemon_fails_its_host_only(job, tmp_path):
     ev = tmp_path / "events"
     p = job.start(["-np", 3, "--min-np", 2, "-H", "localhost:2,127.0.0.2:1", "--events", ev, TESTPROG,
