@@ -26,7 +26,7 @@ class Backoff {
     ++n_;
     if (n_ < 64) return;
     if (n_ < 1024) std::this_thread::yield();
-    else std::this_thread::sleep_for(std::chrono::microseconds(100));
+    else std::this_thread::sleep_for(std::chrono::microseconds(20));  // overshoots a long op by little
   }
 
  private:
@@ -114,6 +114,8 @@ NcclComm::~NcclComm() {
   comm_ = nullptr;
 }
 
+bool NcclComm::healthy() const { return comm_ && async_state() == ncclSuccess; }
+
 void NcclComm::abort() noexcept {
   if (!comm_) return;
   ncclCommAbort(comm_);
@@ -124,6 +126,21 @@ ncclResult_t NcclComm::async_state() const {
   ncclResult_t st = ncclSuccess;
   ncclResult_t r = ncclCommGetAsyncError(comm_, &st);
   return r == ncclSuccess ? st : r;
+}
+
+void NcclComm::fail(ncclResult_t st, const Watch& w) {
+  std::string detail = std::string("nccl: ") + ncclGetErrorString(st) + " (" + ncclGetLastError(comm_) + ")";
+  abort();
+  // NCCL also reports some deaths of peers as a system error (a local socket reset while
+  // exchanging handles, an unreachable host). If the control plane says a worker died
+  // within a moment, that is the error to report; otherwise the fault is this process's.
+  if (st == ncclSystemError && w.abort) {
+    auto until = std::min(Clock::now() + std::chrono::seconds(2), w.deadline);
+    while (!w.abort->raised() && Clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  if (w.abort && w.abort->raised()) w.abort->throw_error();
+  throw_if_failed(classify(st), w.what, detail);
+  throw Error(w.what + ": " + detail);  // classify never answers done or pending here
 }
 
 void NcclComm::check_watch(const Watch& w) {
@@ -143,11 +160,7 @@ void NcclComm::wait_ready(const Watch& w) {
   for (;;) {
     ncclResult_t st = async_state();
     if (st == ncclSuccess) return;
-    if (st != ncclInProgress) {
-      std::string detail = std::string(ncclGetErrorString(st)) + " (" + ncclGetLastError(comm_) + ")";
-      abort();
-      throw_if_failed(classify(st), w.what, "nccl: " + detail);
-    }
+    if (st != ncclInProgress) fail(st, w);
     check_watch(w);
     b.pause();
   }
@@ -193,9 +206,7 @@ NcclComm NcclComm::shrink(std::span<const int> excluded, const Watch& w) {
         if (cs == ncclSuccess) break;
         st = cs;  // the child's own error, or still in progress
       }
-      if (st != ncclSuccess && st != ncclInProgress)
-        throw_if_failed(classify(st), w.what, std::string("nccl: ") + ncclGetErrorString(st) + " (" +
-                                                  ncclGetLastError(comm_) + ")");
+      if (st != ncclSuccess && st != ncclInProgress) fail(st, w);
       check_watch(w);
       b.pause();
     }

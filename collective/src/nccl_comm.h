@@ -58,11 +58,16 @@ class NcclComm {
   void wait_stream(cudaStream_t stream, const Watch& w);
   // Frees the handle and kills its kernels. Safe to call twice.
   void abort() noexcept;
+  // Alive, with no error pending and no operation in progress.
+  bool healthy() const;
 
  private:
   explicit NcclComm(ncclComm_t c) : comm_(c) {}
-  // One poll round: throws (aborting first) on abort, deadline or NCCL error.
+  // One poll round: throws (aborting first) on abort or deadline.
   void check_watch(const Watch& w);
+  // Aborts, then throws for NCCL's state `st`: the control plane's error if it aborts
+  // the epoch meanwhile (waited for briefly after a system error), else NCCL's.
+  [[noreturn]] void fail(ncclResult_t st, const Watch& w);
   // The communicator's async state; ncclInProgress means "still working".
   ncclResult_t async_state() const;
 

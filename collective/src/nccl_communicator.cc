@@ -19,11 +19,22 @@ class StreamScratch {
   StreamScratch(const StreamScratch&) = delete;
   StreamScratch& operator=(const StreamScratch&) = delete;
   ~StreamScratch() {
-    if (p_) cudaFreeAsync(p_, stream_);
+    if (p_ && plain_) cudaFree(p_);
+    else if (p_) cudaFreeAsync(p_, stream_);
   }
   // A copy of `bytes` of device memory at `src`, made on `s` (the current device's).
+  // Where stream-ordered allocation is not supported, cudaMalloc (and cudaFree, which
+  // waits for the device).
   const void* copy_of(const void* src, std::size_t bytes, cudaStream_t s) {
-    check_cuda(cudaMallocAsync(&p_, bytes, s), "alltoall in place: cudaMallocAsync");
+    cudaError_t e = cudaMallocAsync(&p_, bytes, s);
+    if (e == cudaErrorNotSupported) {
+      cudaGetLastError();
+      p_ = nullptr;
+      check_cuda(cudaMalloc(&p_, bytes), "alltoall in place: cudaMalloc");
+      plain_ = true;
+    } else {
+      check_cuda(e, "alltoall in place: cudaMallocAsync");
+    }
     stream_ = s;
     check_cuda(cudaMemcpyAsync(p_, src, bytes, cudaMemcpyDeviceToDevice, s), "alltoall in place: cudaMemcpyAsync");
     return p_;
@@ -32,6 +43,7 @@ class StreamScratch {
  private:
   void* p_ = nullptr;
   cudaStream_t stream_ = nullptr;
+  bool plain_ = false;
 };
 
 class NcclCommunicator final : public device::Communicator {
@@ -98,7 +110,9 @@ class NcclCommunicator final : public device::Communicator {
     });
   }
 
-  bool alive() const { return static_cast<bool>(comm_); }
+  // Shrinkable: alive, with nothing pending (a latent error would make the shrink fail
+  // on this rank while its peers wait in it).
+  bool alive() const { return comm_.healthy(); }
   // Ends this communicator at once (ncclCommAbort): for an epoch that builds afresh,
   // where a clean finalize could wait on peers that are gone.
   void discard() { comm_.abort(); }
@@ -127,6 +141,8 @@ class NcclCommunicator final : public device::Communicator {
     if (!comm_) throw WorkersFailed(std::string(what) + ": the NCCL communicator was aborted; rejoin first");
     if (abort_) abort_->check();
     if (count == 0) return false;
+    // First, or asking CUDA about the buffers could make a context on another device.
+    check_cuda(cudaSetDevice(device_), std::string(what) + ": cudaSetDevice");
     check_on_my_device(what, in);
     if (out != in) check_on_my_device(what, out);
     return true;
@@ -216,18 +232,36 @@ static bool cuda_in_use() {
   return true;
 }
 
+// Errors that a fault inside a kernel leaves in the context for every later call.
+static bool is_sticky(cudaError_t e) {
+  switch (e) {
+    case cudaErrorIllegalAddress:
+    case cudaErrorLaunchFailure:
+    case cudaErrorHardwareStackError:
+    case cudaErrorIllegalInstruction:
+    case cudaErrorMisalignedAddress:
+    case cudaErrorInvalidAddressSpace:
+    case cudaErrorInvalidPc:
+    case cudaErrorAssert:
+    case cudaErrorECCUncorrectable:
+      return true;
+    default:
+      return false;
+  }
+}
+
 device::Memory nccl_memory_of(const void* p) {
   if (!p || !cuda_in_use()) return device::Memory::host;
   cudaPointerAttributes attr{};
   cudaError_t e = cudaPointerGetAttributes(&attr, p);
   if (e != cudaSuccess) {
-    // Host memory CUDA never saw answers cudaSuccess (cudaMemoryTypeUnregistered). Only
-    // "no usable device" means host; anything else (a context broken by a fault) is an
-    // error, not a reason to send a device buffer down the host path.
+    // Host memory CUDA never saw answers cudaSuccess (cudaMemoryTypeUnregistered), and a
+    // process that cannot use a GPU at all (none, busy, no memory for a context) has no
+    // device memory: host. Only an error a kernel fault left in this process's context
+    // is thrown, rather than sending a device buffer down the host path.
     cudaGetLastError();
-    if (e == cudaErrorNoDevice || e == cudaErrorInsufficientDriver || e == cudaErrorInitializationError)
-      return device::Memory::host;
-    check_cuda(e, "device::memory_of: cudaPointerGetAttributes");
+    if (is_sticky(e)) check_cuda(e, "device::memory_of: cudaPointerGetAttributes");
+    return device::Memory::host;
   }
   return attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged ? device::Memory::device
                                                                                   : device::Memory::host;
