@@ -163,8 +163,7 @@ class NcclCommunicator final : public device::Communicator {
   // Launches one operation (which may answer ncclInProgress) and waits for its stream.
   template <class Launch>
   void run(const char* what, void* stream, Launch&& launch) {
-    Watch w = watch(what);
-    check_cuda(cudaSetDevice(device_), std::string(what) + ": cudaSetDevice");
+    Watch w = watch(what);  // check_args has made device_ current
     auto s = static_cast<cudaStream_t>(stream);
     ncclResult_t r = launch(s);
     // A failed launch leaves the communicator in an unknown state: abort it (the next
