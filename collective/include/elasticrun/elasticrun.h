@@ -28,10 +28,19 @@ enum {
   ER_INVALID = 6         /* bad argument, or not initialised */
 };
 
+/* In C++ the enumerations below have int as their fixed underlying type, so any int a C
+ * caller passes is a value of the type (the library rejects the ones it does not know);
+ * without it, C++ would treat an out-of-range value as undefined behaviour. */
+#ifdef __cplusplus
+#define ER_ENUM_BASE : int
+#else
+#define ER_ENUM_BASE
+#endif
+
 /* Element types; values match elasticrun::DataType. */
-typedef enum { ER_F16 = 0, ER_BF16, ER_F32, ER_F64, ER_I8, ER_U8, ER_I32, ER_I64 } er_datatype;
+typedef enum ER_ENUM_BASE { ER_F16 = 0, ER_BF16, ER_F32, ER_F64, ER_I8, ER_U8, ER_I32, ER_I64 } er_datatype;
 /* Reduction operators; values match elasticrun::ReduceOp. */
-typedef enum { ER_SUM = 0, ER_AVG, ER_MIN, ER_MAX, ER_PROD } er_op;
+typedef enum ER_ENUM_BASE { ER_SUM = 0, ER_AVG, ER_MIN, ER_MAX, ER_PROD } er_op;
 
 int er_init(void);
 int er_shutdown(void);
@@ -79,7 +88,7 @@ int er_state_track(er_state* st, const char* name, void* ptr, size_t count, er_d
 /* Where a device buffer's snapshot lives: host memory (what er_state_track does), or
  * two device buffers the state allocates (fast device-to-device commit and restore,
  * twice the buffer's size in GPU memory). ER_SNAPSHOT_DEVICE on host memory fails. */
-typedef enum { ER_SNAPSHOT_HOST = 0, ER_SNAPSHOT_DEVICE = 1 } er_snapshot;
+typedef enum ER_ENUM_BASE { ER_SNAPSHOT_HOST = 0, ER_SNAPSHOT_DEVICE = 1 } er_snapshot;
 int er_state_track_snapshot(er_state* st, const char* name, void* ptr, size_t count, er_datatype type,
                             er_snapshot snapshot);
 /* Snapshot; returns ER_HOSTS_UPDATED on every rank at the same commit when hosts were added. */
