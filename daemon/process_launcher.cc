@@ -50,6 +50,34 @@ struct WorkerSetup : bp::extend::handler {
   }
 };
 
+// The worker's whole environment, given to execve as is. (Boost.Process's own
+// environment type looks keys up with a compare that reads past shorter entries, which
+// AddressSanitizer reports as a heap overflow; this sidesteps it.) A later KEY=VALUE
+// overrides an earlier one, as it did through that type.
+class WorkerEnvironment : public bp::extend::handler {
+ public:
+  explicit WorkerEnvironment(const std::vector<std::string>& entries) {
+    std::map<std::string, std::size_t> index;
+    for (const auto& kv : entries) {
+      auto eq = kv.find('=');
+      if (eq == std::string::npos || eq == 0) continue;
+      auto [it, fresh] = index.emplace(kv.substr(0, eq), strings_.size());
+      if (fresh) strings_.push_back(kv);
+      else strings_[it->second] = kv;
+    }
+    for (auto& e : strings_) pointers_.push_back(e.data());
+    pointers_.push_back(nullptr);
+  }
+  template <class Executor>
+  void on_setup(Executor& exec) const {
+    exec.env = const_cast<char**>(pointers_.data());
+  }
+
+ private:
+  std::vector<std::string> strings_;
+  std::vector<char*> pointers_;
+};
+
 struct Worker {
   std::uint32_t slot = 0;
   int pid = 0;
@@ -127,14 +155,12 @@ Result<int> ProcessLauncher::spawn(const WorkerSpec& spec) {
   w->slot = spec.slot;
   w->out = std::make_unique<bp::async_pipe>(io_);
   w->err = std::make_unique<bp::async_pipe>(io_);
-  bp::environment env;
-  for (const auto& kv : spec.env)
-    if (auto eq = kv.find('='); eq != std::string::npos && eq > 0) env[kv.substr(0, eq)] = kv.substr(eq + 1);
+  WorkerEnvironment env(spec.env);
   std::vector<std::string> args(spec.argv.begin() + 1, spec.argv.end());
   Worker* raw = w.get();
   try {
     w->child = std::make_unique<bp::child>(
-        bp::exe = *exe, bp::args = args, bp::env = env, bp::start_dir = spec.cwd.empty() ? "." : spec.cwd,
+        bp::exe = *exe, bp::args = args, env, bp::start_dir = spec.cwd.empty() ? "." : spec.cwd,
         bp::std_out > *w->out, bp::std_err > *w->err, bp::std_in < bp::null, WorkerSetup{});
   } catch (const std::exception& e) {
     return fail("cannot start '" + spec.argv[0] + "': " + e.what());
