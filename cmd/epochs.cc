@@ -143,8 +143,14 @@ void Job::reconcile() {
   if (waiting_for_slots_) events_.emit("slots_available", {{"slots", membership_.usable_slots(now)}});
   waiting_for_slots_ = false;
   elastic_timer_.cancel();
-  bool hard = epoch_broken_ || !plan->remove.empty();
-  std::string reason = epoch_broken_ ? broken_reason_ : "hosts changed";
+  // The soft notice lets workers finish their step in the running epoch first; an epoch
+  // that some worker has not joined yet cannot run a step, and one that joined it would
+  // wait in its first collective for a peer that has already moved on to the new epoch.
+  bool unformed = assignment_.epoch > 0 && !not_joined().empty();
+  bool hard = epoch_broken_ || !plan->remove.empty() || unformed;
+  std::string reason = epoch_broken_ ? broken_reason_
+                       : unformed    ? fmt::format("hosts changed before epoch {} had formed", assignment_.epoch)
+                                     : "hosts changed";
   if (assignment_.epoch > 0) {
     ++resets_;
     events_.emit("reset", {{"count", resets_}, {"reason", reason}});

@@ -31,6 +31,15 @@ def first(events, name, **match):
     return None
 
 
+def wait_for_event(job, path, name, timeout=20, **match):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if first(job.events(path), name, **match):
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"no {name} {match} within {timeout} s: {job.events(path)}")
+
+
 def epochs(events):
     return [e for e in events if e["event"] == "epoch_started"]
 
@@ -145,6 +154,7 @@ def test_host_added_by_discovery_joins_without_restarting_anyone(job, tmp_path):
     p = job.start(["--min-np", 2, "--host-discovery-script", script, "--discovery-interval", 0.2,
                    "--events", ev, TESTPROG, "--elastic", "--allreduce-seconds", 5])
     wait_for_workers(job, 2)
+    wait_for_event(job, ev, "epoch_joined", epoch=1)  # the soft notice is for a formed epoch
     hosts.write_text("localhost:1\n127.0.0.2:1\n127.0.0.3:1\n")
     out, err = p.communicate(timeout=60)
     assert p.returncode == 0, err
@@ -157,6 +167,35 @@ def test_host_added_by_discovery_joins_without_restarting_anyone(job, tmp_path):
     assert out.count("done after") == 3
     # the new host's worker is appended: survivors keep ranks 0 and 1
     assert e[1]["assignment"][2]["host"] == "127.0.0.3"
+
+
+def test_host_added_before_the_first_epoch_formed(job, tmp_path):
+    """A host appears while the first epoch is still forming (its worker on 127.0.0.2 takes
+    2 s to start). The worker already in epoch 1 would wait in its first collective for a
+    peer that joins epoch 2 instead; so the new epoch is announced as an abort, not as the
+    soft hosts-updated notice, and every worker meets in epoch 2 at once (before the fix:
+    a hang until the collective timeout)."""
+    hosts, script = discovery(tmp_path, ["localhost:1", "127.0.0.2:1"])
+    ev = tmp_path / "events"
+    wrapper = tmp_path / "slow-start.sh"
+    wrapper.write_text("#!/bin/sh\n"
+                       "[ \"$ELASTICRUN_HOST\" = 127.0.0.2 ] && sleep 2\n"
+                       f"exec {TESTPROG} \"$@\"\n")
+    wrapper.chmod(0o755)
+    p = job.start(["--min-np", 2, "--host-discovery-script", script, "--discovery-interval", 0.2,
+                   "--events", ev, wrapper, "--elastic", "--allreduce-seconds", 2])
+    wait_for_event(job, ev, "worker_started", host="127.0.0.2")
+    hosts.write_text("localhost:1\n127.0.0.2:1\n127.0.0.3:1\n")
+    out, err = p.communicate(timeout=40)
+    assert p.returncode == 0, err
+    events = job.events(ev)
+    e = epochs(events)
+    assert [x["size"] for x in e] == [2, 3], e
+    assert e[1]["kind"] == "abort", e
+    assert "before epoch 1 had formed" in first(events, "reset")["reason"], events
+    assert first(events, "epoch_joined", epoch=1) is None, events
+    assert sum(1 for x in events if x["event"] == "worker_started") == 3  # nobody restarted
+    assert out.count("done after") == 3
 
 
 def test_host_removed_by_discovery_stops_its_workers(job, tmp_path):
