@@ -31,6 +31,15 @@ def first(events, name, **match):
     return None
 
 
+def per_host_wrapper(tmp_path, before):
+    """A worker command that runs `before[host]` (shell) on those hosts, then testprog."""
+    wrapper = tmp_path / "per-host.sh"
+    lines = ["#!/bin/sh"] + [f'[ "$ELASTICRUN_HOST" = {h} ] && {{ {cmd}; }}' for h, cmd in before.items()]
+    wrapper.write_text("\n".join(lines + [f'exec {TESTPROG} "$@"']) + "\n")
+    wrapper.chmod(0o755)
+    return wrapper
+
+
 def wait_for_event(job, path, name, timeout=20, **match):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -100,12 +109,7 @@ def test_worker_still_starting_keeps_its_start_timeout_in_a_later_epoch(job, tmp
     is still starting: it has --start-timeout (20 s) from its spawn, not the
     --rendezvous-timeout (2 s) of re-joins, and the job finishes with it."""
     ev = tmp_path / "events"
-    wrapper = tmp_path / "slow-start.sh"
-    wrapper.write_text("#!/bin/sh\n"
-                       "[ \"$ELASTICRUN_HOST\" = 127.0.0.3 ] && { sleep 1; exit 1; }\n"
-                       "[ \"$ELASTICRUN_HOST\" = 127.0.0.2 ] && sleep 4\n"
-                       f"exec {TESTPROG} \"$@\"\n")
-    wrapper.chmod(0o755)
+    wrapper = per_host_wrapper(tmp_path, {"127.0.0.3": "sleep 1; exit 1", "127.0.0.2": "sleep 4"})
     r = job.run(["-np", 4, "--min-np", 2, "-H", HOSTS3, "--start-timeout", 20, "--rendezvous-timeout", 2,
                  "--events", ev, wrapper, "--elastic", "--allreduce-seconds", 1], timeout=90)
     assert r.returncode == 0, r.stderr
@@ -177,11 +181,7 @@ def test_host_added_before_the_first_epoch_formed(job, tmp_path):
     a hang until the collective timeout)."""
     hosts, script = discovery(tmp_path, ["localhost:1", "127.0.0.2:1"])
     ev = tmp_path / "events"
-    wrapper = tmp_path / "slow-start.sh"
-    wrapper.write_text("#!/bin/sh\n"
-                       "[ \"$ELASTICRUN_HOST\" = 127.0.0.2 ] && sleep 2\n"
-                       f"exec {TESTPROG} \"$@\"\n")
-    wrapper.chmod(0o755)
+    wrapper = per_host_wrapper(tmp_path, {"127.0.0.2": "sleep 2"})
     p = job.start(["--min-np", 2, "--host-discovery-script", script, "--discovery-interval", 0.2,
                    "--events", ev, wrapper, "--elastic", "--allreduce-seconds", 2])
     wait_for_event(job, ev, "worker_started", host="127.0.0.2")

@@ -141,14 +141,14 @@ def test_hosts_added_and_removed_keep_the_invariant(job, tmp_path):
     assert sizes[0] == 2 and 4 in sizes and sizes[-1] == 3, sizes
 
 
-def test_silent_worker_alone_does_not_blacklist_the_healthy(job, tmp_path):
-    """A worker goes silent (SIGSTOP) and nothing else happens: no exit, no lost
-    connection, so only the collective timeout notices. The ranks that time out re-join
-    instead of exiting; the driver, seeing the epoch abandoned, starts the next one, in
-    which the silent worker fails to join and is the only one blacklisted."""
+def run_with_silent_worker(job, tmp_path, rendezvous_timeout, collective_timeout):
+    """3 workers on 3 hosts; the one on 127.0.0.2 is SIGSTOPped and nothing else happens.
+    Checks the survivors' model and that only 127.0.0.2 was blacklisted; returns the
+    events and the driver's stderr."""
     ev = tmp_path / "events"
-    p = job.start(["-np", 3, "--min-np", 2, "-H", "localhost:1,127.0.0.2:1,127.0.0.3:1", "--rendezvous-timeout", 2,
-                   "--events", ev, SGD, *ARGS, "--step-ms", 10], env={"ELASTICRUN_COLLECTIVE_TIMEOUT": "2"})
+    p = job.start(["-np", 3, "--min-np", 2, "-H", "localhost:1,127.0.0.2:1,127.0.0.3:1",
+                   "--rendezvous-timeout", rendezvous_timeout, "--events", ev, SGD, *ARGS, "--step-ms", 10],
+                  env={"ELASTICRUN_COLLECTIVE_TIMEOUT": str(collective_timeout)})
     by_host = {host_of(pid): pid for pid in sgd_workers(job, 3)}
     time.sleep(0.5)
     os.kill(by_host["127.0.0.2"], signal.SIGSTOP)
@@ -157,6 +157,15 @@ def test_silent_worker_alone_does_not_blacklist_the_healthy(job, tmp_path):
     events = job.events(ev)
     blacklisted = [e["host"] for e in events if e["event"] == "host_blacklisted"]
     assert blacklisted == ["127.0.0.2"], events
+    return events, err
+
+
+def test_silent_worker_alone_does_not_blacklist_the_healthy(job, tmp_path):
+    """A worker goes silent (SIGSTOP) and nothing else happens: no exit, no lost
+    connection, so only the collective timeout notices. The ranks that time out re-join
+    instead of exiting; the driver, seeing the epoch abandoned, starts the next one, in
+    which the silent worker fails to join and is the only one blacklisted."""
+    events, err = run_with_silent_worker(job, tmp_path, rendezvous_timeout=2, collective_timeout=2)
     assert "gave up on epoch 1" in err, err
     assert [e["size"] for e in epochs(events)] == [3, 3, 2], events
 
@@ -166,16 +175,6 @@ def test_silent_worker_is_failed_when_collectives_time_out_sooner(job, tmp_path)
     healthy ranks give up on each new epoch long before the silent worker's join deadline.
     That deadline must run from the first epoch it missed, not restart with every
     abandoned epoch (which kept it in, and the job cycling epochs, for ever)."""
-    ev = tmp_path / "events"
-    p = job.start(["-np", 3, "--min-np", 2, "-H", "localhost:1,127.0.0.2:1,127.0.0.3:1", "--rendezvous-timeout", 6,
-                   "--events", ev, SGD, *ARGS, "--step-ms", 10], env={"ELASTICRUN_COLLECTIVE_TIMEOUT": "1.5"})
-    by_host = {host_of(pid): pid for pid in sgd_workers(job, 3)}
-    time.sleep(0.5)
-    os.kill(by_host["127.0.0.2"], signal.SIGSTOP)
-    out, err = p.communicate(timeout=90)
-    check(out, err, p.returncode, 2, reference())
-    events = job.events(ev)
-    blacklisted = [e["host"] for e in events if e["event"] == "host_blacklisted"]
-    assert blacklisted == ["127.0.0.2"], events
+    events, _ = run_with_silent_worker(job, tmp_path, rendezvous_timeout=6, collective_timeout=1.5)
     sizes = [e["size"] for e in epochs(events)]
     assert sizes[-1] == 2 and len(sizes) <= 6, sizes  # a few abandoned epochs at most
