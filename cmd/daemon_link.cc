@@ -35,6 +35,7 @@ bool DaemonLink::on_bytes(std::span<const std::uint8_t> data) {
 
 bool DaemonLink::on_frame(const Frame& f) {
   if (closed_) return false;
+  last_heard_ = std::chrono::steady_clock::now();
   try {
     dispatch(f);
   } catch (const wire::DecodeError& e) {
@@ -55,6 +56,7 @@ void DaemonLink::dispatch(const Frame& f) {
     case msg::kOutput: ev_.on_output(host_, msg::parse<msg::Output>(f)); return;
     case msg::kExited: ev_.on_exited(host_, msg::parse<msg::Exited>(f)); return;
     case msg::kSpawnFailed: ev_.on_spawn_failed(host_, msg::parse<msg::SpawnFailed>(f)); return;
+    case msg::kHeartbeat: msg::parse<msg::Heartbeat>(f); return;  // on_frame noted the time
     default: throw wire::DecodeError(std::string("unexpected ") + msg::type_name(f.type) + " frame");
   }
 }
@@ -99,8 +101,10 @@ class LocalDaemon final : public DaemonLink {
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
+    // Still there (stopped, or hung): kill it, and clean up after it as above.
     std::error_code ec;
     child_->terminate(ec);
+    shm_dirs::remove_all_of(pid);
   }
 
   Result<void> start(const std::string& path, const std::string& log_level) {

@@ -12,6 +12,7 @@
 
 #include <boost/asio/io_context.hpp>
 
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <string>
@@ -44,6 +45,12 @@ class DaemonLink {
   bool closed() const { return closed_; }
   // The daemon answered (its ready frame arrived).
   bool ready() const { return ready_; }
+  // When the last frame came from the daemon (its heartbeats keep this fresh).
+  std::chrono::steady_clock::time_point last_heard() const { return last_heard_; }
+  // Forget the silence so far: the driver itself was not listening (its loop stalled).
+  void heard_now() { last_heard_ = std::chrono::steady_clock::now(); }
+  // Gives the daemon up for gone (it fell silent), as if its link had broken.
+  void lost(const std::string& why) { report_closed(why); }
 
  protected:
   // Feed bytes read from the daemon. Returns false (and reports) on a bad stream.
@@ -60,6 +67,7 @@ class DaemonLink {
   FrameParser parser_;
   bool ready_ = false;
   bool closed_ = false;
+  std::chrono::steady_clock::time_point last_heard_ = std::chrono::steady_clock::now();
 };
 
 // Starts `daemon_path --stdio` as a child of this process for host `host`.

@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <climits>
 #include <csignal>
 #include <cstring>
@@ -95,7 +96,7 @@ Result<void> Job::start() {
   try {
     server_ = std::make_unique<rendezvous::Server>(
         io_, secret_, asio::ip::tcp::endpoint(asio::ip::make_address(remote ? "0.0.0.0" : "127.0.0.1"), 0),
-        std::move(cb));
+        std::move(cb), rendezvous::ServerLimits{.keep_alive = opts_.host_timeout});
   } catch (const std::exception& e) {
     return fail(std::string("cannot start the rendezvous server: ") + e.what());
   }
@@ -143,7 +144,7 @@ DaemonLink* Job::ensure_daemon(const std::string& host) {
   }
   if (cluster_secret_) {
     link = connect_daemon(io_, host, static_cast<std::uint16_t>(opts_.daemon_port), *cluster_secret_,
-                          opts_.ssh.connect_timeout, daemon_events());
+                          opts_.ssh.connect_timeout, opts_.host_timeout, daemon_events());
   } else if (local) {
     auto started = launch_local_daemon(io_, host, daemon_path_, opts_.log_level, daemon_events());
     if (!started) {
@@ -154,7 +155,9 @@ DaemonLink* Job::ensure_daemon(const std::string& host) {
   } else {
     link = launch_ssh_daemon(io_, host, daemon_path_, opts_.log_level, opts_.ssh, daemon_events());
   }
-  link->send(msg::Config{wire::Bytes(secret_.begin(), secret_.end()), addr, host, cwd_});
+  link->send(msg::Config{wire::Bytes(secret_.begin(), secret_.end()), addr, host, cwd_,
+                        static_cast<std::uint32_t>(heartbeat_interval().count()),
+                        static_cast<std::uint32_t>(opts_.host_timeout.count())});
   DaemonLink* raw = link.get();
   daemons_[host] = std::move(link);
   return raw;
@@ -167,6 +170,7 @@ void Job::spawn(const rendezvous::WorkerPlace& w) {
   auto env = opts_.env;
   auto rejoin = opts_.elastic_timeout + opts_.rendezvous_timeout;
   env.push_back(fmt::format("{}={:.3f}", env::kRejoinTimeout, rejoin.count() / 1000.0));
+  env.push_back(fmt::format("{}={:.3f}", env::kHostTimeout, opts_.host_timeout.count() / 1000.0));
   d->send(msg::Spawn{static_cast<std::uint32_t>(w.slot), assignment_.epoch, w.rank, assignment_.size(),
                      opts_.command, env});
 }
@@ -258,13 +262,39 @@ void Job::finish(int code, const std::string& message) {
   maybe_done();
 }
 
-// Daemons stop their workers when they hear nothing for msg::kHeartbeatTimeout.
+// Four beats per --host-timeout (at most 5 s apart), both ways.
+std::chrono::milliseconds Job::heartbeat_interval() const {
+  return std::clamp(opts_.host_timeout / 4, std::chrono::milliseconds(msg::kMinHeartbeatMs),
+                    std::chrono::milliseconds(5000));
+}
+
+// Sends every daemon a heartbeat and gives up a daemon that has sent nothing (not even
+// its own heartbeats) for --host-timeout: a host behind a cut link, powered off, or a
+// stopped daemon, none of which closes a connection.
 void Job::heartbeat() {
-  heartbeat_timer_.expires_after(msg::kHeartbeatInterval);
+  heartbeat_timer_.expires_after(heartbeat_interval());
   heartbeat_timer_.async_wait([this](boost::system::error_code ec) {
     if (ec || exit_code_ >= 0) return;
-    for (auto& [h, d] : daemons_)
-      if (!d->closed()) d->send(msg::Heartbeat{});
+    auto now = std::chrono::steady_clock::now();
+    // A tick far behind its time means this loop itself stalled (the machine swapped,
+    // the driver was stopped): the daemons' frames wait unread in the sockets, and
+    // their silence proves nothing.
+    bool stalled = now - last_beat_ > 2 * heartbeat_interval() + std::chrono::milliseconds(500);
+    last_beat_ = now;
+    std::vector<std::string> silent;
+    for (auto& [h, d] : daemons_) {
+      if (d->closed()) continue;
+      d->send(msg::Heartbeat{});
+      if (stalled) d->heard_now();
+      else if (d->ready() && now - d->last_heard() > opts_.host_timeout) silent.push_back(h);
+    }
+    // Failing a host can start an epoch and launch daemons: look each one up afresh.
+    for (const auto& h : silent) {
+      auto it = daemons_.find(h);
+      if (it == daemons_.end() || it->second->closed() || exit_code_ >= 0) continue;
+      it->second->lost(fmt::format("heard nothing from it for {:.1f} s (--host-timeout)",
+                                   std::chrono::duration<double>(now - it->second->last_heard()).count()));
+    }
     heartbeat();
   });
 }
@@ -284,8 +314,12 @@ int Job::run() {
     if (ec) return;
     finish(128 + sig, fmt::format("interrupted by SIG{}; stopping all workers", sigabbrev_np(sig)));
   });
-  if (auto ok = start(); !ok) finish(exit_code::kLaunchFailed, ok.error());
-  else heartbeat();
+  if (auto ok = start(); !ok) {
+    finish(exit_code::kLaunchFailed, ok.error());
+  } else {
+    last_beat_ = std::chrono::steady_clock::now();
+    heartbeat();
+  }
   io_.run();
   daemons_.clear();
   return exit_code_ < 0 ? exit_code::kLaunchFailed : exit_code_;

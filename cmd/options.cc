@@ -1,6 +1,7 @@
 #include "cmd/options.h"
 
 #include "common/env.h"
+#include "common/messages.h"
 
 #include <boost/program_options.hpp>
 #include <fmt/format.h>
@@ -29,6 +30,7 @@ po::options_description describe() {
       ("slots-per-host", po::value<int>()->default_value(1), "slots of a host listed without a count")
       ("output-filename", po::value<std::string>(), "also write each rank's output to DIR/rank.N/{stdout,stderr}")
       ("start-timeout", po::value<double>()->default_value(60), "seconds for every worker to start and join")
+      ("host-timeout", po::value<double>()->default_value(10), "seconds of silence (no heartbeat) after which a host is taken for gone, 1..86400")
       ("daemon-path", po::value<std::string>(), "path of elasticrund (default: beside elasticrun, then PATH)")
       ("env,x", po::value<std::vector<std::string>>(), "pass VAR (from this environment) or VAR=VALUE to the workers; repeatable")
       ("log-level", po::value<std::string>(), "error|warn|info|debug, or per component: warn,rendezvous=debug")
@@ -275,6 +277,11 @@ Result<ParseOutcome> parse_options(int argc, const char* const* argv) {
   double st = vm["start-timeout"].as<double>();
   if (!(st > 0 && st < 1e6)) return fail("--start-timeout must be a positive number of seconds");
   o.start_timeout = std::chrono::milliseconds(static_cast<long long>(st * 1000));
+  double ht = vm["host-timeout"].as<double>();
+  if (!(ht >= 1 && ht <= msg::kMaxHostTimeoutMs / 1000))
+    return fail("--host-timeout must be a number of seconds from 1 to 86400");
+  o.host_timeout = std::chrono::milliseconds(static_cast<long long>(ht * 1000));
+  o.ssh.keep_alive = o.host_timeout;
   if (vm.count("events")) o.events_file = vm["events"].as<std::string>();
   if (vm.count("output-filename")) o.output_dir = vm["output-filename"].as<std::string>();
   if (vm.count("daemon-path")) o.daemon_path = vm["daemon-path"].as<std::string>();

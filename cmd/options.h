@@ -22,6 +22,9 @@ struct Options {
   std::string daemon_path;
   std::vector<std::string> env;  // KEY=VALUE for the workers
   std::chrono::milliseconds start_timeout{60000};
+  // A host whose daemon sends nothing for this long is taken for gone (its workers
+  // fail), and its daemon stops its workers when the driver is that silent.
+  std::chrono::milliseconds host_timeout{10000};
   std::vector<std::string> command;
 
   // Elastic mode: on with --host-discovery-script or --min-np.

@@ -109,7 +109,7 @@ Result<Session> SshDaemon::connect() {
   bool no = false;
   ssh_options_set(s.get(), SSH_OPTIONS_PROCESS_CONFIG, &no);  // parsed above
   if (ssh_connect(s.get()) != SSH_OK) return fail(std::string("ssh: cannot connect: ") + ssh_get_error(s.get()));
-  net::keep_alive(ssh_get_fd(s.get()));
+  net::keep_alive(ssh_get_fd(s.get()), opts_.keep_alive);
   if (auto ok = verify_host_key(s.get()); !ok) return Failure{ok.error()};
   if (auto ok = authenticate(s.get()); !ok) return Failure{ok.error()};
   return s;

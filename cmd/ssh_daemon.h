@@ -23,6 +23,8 @@ struct SshOptions {
   std::string config_file;       // empty: ~/.ssh/config
   HostKeyCheck host_key_check = HostKeyCheck::yes;
   std::chrono::milliseconds connect_timeout{10000};
+  // TCP keep-alive bound on the connection (elasticrun --host-timeout).
+  std::chrono::milliseconds keep_alive{10000};
 };
 
 // `host` may be "user@name"; the daemon runs as `daemon_path --stdio`.

@@ -20,8 +20,9 @@ constexpr std::string_view kRole = "driver";
 class TcpDaemon final : public DaemonLink {
  public:
   TcpDaemon(asio::io_context& io, std::string host, std::uint16_t port, const auth::Secret& cluster,
-            std::chrono::milliseconds timeout, DaemonEvents ev)
-      : DaemonLink(std::move(host), std::move(ev)), io_(io), port_(port), cluster_(cluster), resolver_(io),
+            std::chrono::milliseconds timeout, std::chrono::milliseconds host_timeout, DaemonEvents ev)
+      : DaemonLink(std::move(host), std::move(ev)), io_(io), port_(port), cluster_(cluster),
+        host_timeout_(host_timeout), resolver_(io),
         socket_(io), timer_(io), where_(fmt::format("daemon at {}:{}", this->host(), port)) {
     timer_.expires_after(timeout);
     timer_.async_wait([this, timeout, alive = std::weak_ptr<int>(alive_)](boost::system::error_code ec) {
@@ -73,7 +74,7 @@ class TcpDaemon final : public DaemonLink {
       if (ec) return void(fail_link(fmt::format("{}: cannot connect: {}", where_, ec.message())));
       boost::system::error_code e2;
       socket_.set_option(tcp::no_delay(true), e2);
-      net::keep_alive(socket_.native_handle());
+      net::keep_alive(socket_.native_handle(), host_timeout_);
       read();
     });
   }
@@ -159,6 +160,7 @@ class TcpDaemon final : public DaemonLink {
   asio::io_context& io_;
   std::uint16_t port_;
   auth::Secret cluster_;
+  std::chrono::milliseconds host_timeout_;
   tcp::resolver resolver_;
   tcp::socket socket_;
   asio::steady_timer timer_;
@@ -176,8 +178,9 @@ class TcpDaemon final : public DaemonLink {
 
 std::unique_ptr<DaemonLink> connect_daemon(asio::io_context& io, const std::string& host, std::uint16_t port,
                                            const auth::Secret& cluster_secret,
-                                           std::chrono::milliseconds connect_timeout, DaemonEvents ev) {
-  return std::make_unique<TcpDaemon>(io, host, port, cluster_secret, connect_timeout, std::move(ev));
+                                           std::chrono::milliseconds connect_timeout,
+                                           std::chrono::milliseconds host_timeout, DaemonEvents ev) {
+  return std::make_unique<TcpDaemon>(io, host, port, cluster_secret, connect_timeout, host_timeout, std::move(ev));
 }
 
 }  // namespace elasticrun::cmd

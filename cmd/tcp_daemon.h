@@ -17,6 +17,7 @@ namespace elasticrun::cmd {
 
 std::unique_ptr<DaemonLink> connect_daemon(boost::asio::io_context& io, const std::string& host, std::uint16_t port,
                                            const auth::Secret& cluster_secret,
-                                           std::chrono::milliseconds connect_timeout, DaemonEvents ev);
+                                           std::chrono::milliseconds connect_timeout,
+                                           std::chrono::milliseconds host_timeout, DaemonEvents ev);
 
 }  // namespace elasticrun::cmd

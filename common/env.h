@@ -15,6 +15,9 @@ inline constexpr const char* kSize = "ELASTICRUN_SIZE";    // world size at star
 // Seconds a worker waits in rejoin for the next epoch: the driver's own bound on
 // forming one (--elastic-timeout + --rendezvous-timeout), since it ends the job past it.
 inline constexpr const char* kRejoinTimeout = "ELASTICRUN_REJOIN_TIMEOUT";
+// Seconds of silence after which the worker's rendezvous connection is given up
+// (TCP keep-alive; elasticrun --host-timeout).
+inline constexpr const char* kHostTimeout = "ELASTICRUN_HOST_TIMEOUT";
 
 // Read by the collective library; the user may set them.
 inline constexpr const char* kAlgorithm = "ELASTICRUN_ALGORITHM";  // auto|shm|ring|rd

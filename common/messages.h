@@ -140,8 +140,13 @@ struct Config {
   static constexpr Type kType = kConfig;
   wire::Bytes secret;
   std::string rendezvous_addr, host, cwd;
-  void encode(wire::Encoder& e) const { e.bytes(secret).str(rendezvous_addr).str(host).str(cwd); }
-  static Config decode(wire::Decoder& d) { return {d.bytes(), d.str(), d.str(), d.str()}; }
+  // Both ends send a heartbeat every heartbeat_ms; each takes the other for gone after
+  // host_timeout_ms without a frame (elasticrun --host-timeout).
+  std::uint32_t heartbeat_ms = 0, host_timeout_ms = 0;
+  void encode(wire::Encoder& e) const {
+    e.bytes(secret).str(rendezvous_addr).str(host).str(cwd).u32(heartbeat_ms).u32(host_timeout_ms);
+  }
+  static Config decode(wire::Decoder& d) { return {d.bytes(), d.str(), d.str(), d.str(), d.u32(), d.u32()}; }
 };
 struct Spawn {
   static constexpr Type kType = kSpawn;
@@ -207,16 +212,19 @@ struct SpawnFailed {
   static SpawnFailed decode(wire::Decoder& d) { return {d.u32(), d.str()}; }
 };
 
-// Driver -> daemon, every kHeartbeatInterval. A daemon that hears nothing from its
-// driver for kHeartbeatTimeout takes the driver for gone (a cut link that never comes
-// back shows no error on the daemon's side) and stops its workers.
+// Both ways between driver and daemon, every Config::heartbeat_ms. A side that hears
+// nothing from the other for Config::host_timeout_ms takes it for gone: a cut link that
+// never comes back shows no error anywhere, and a stopped process still has its
+// kernel answer TCP keep-alives. The daemon then stops its workers; the driver fails
+// the host's workers. Before the config arrives, a daemon waits kConfigTimeout.
 struct Heartbeat {
   static constexpr Type kType = kHeartbeat;
   void encode(wire::Encoder&) const {}
   static Heartbeat decode(wire::Decoder&) { return {}; }
 };
-inline constexpr std::chrono::seconds kHeartbeatInterval{5};
-inline constexpr std::chrono::seconds kHeartbeatTimeout{30};
+inline constexpr std::chrono::seconds kConfigTimeout{30};
+// The accepted range of Config's two settings.
+inline constexpr std::uint32_t kMinHeartbeatMs = 50, kMaxHostTimeoutMs = 86400u * 1000u;
 
 template <class M>
 Frame to_frame(const M& m) {

@@ -1,11 +1,19 @@
 // Socket settings every long-lived control connection uses.
 #pragma once
 
+#include <chrono>
+
 namespace elasticrun::net {
 
+// How long a control connection may stay silent before its peer is taken for gone,
+// unless the job says otherwise (elasticrun --host-timeout).
+inline constexpr std::chrono::milliseconds kDefaultHostTimeout{10000};
+
 // TCP keep-alives: a silent connection whose peer is gone (host down, link cut) is
-// noticed after about idle + interval * count seconds; unacknowledged data gives up
-// after the same bound (TCP_USER_TIMEOUT), so a blocked write cannot hang either.
-void keep_alive(int fd, int idle_s = 10, int interval_s = 5, int count = 2);
+// noticed after about `within` (idle for half of it, then two probes), never sooner;
+// unacknowledged data gives up after the same bound (TCP_USER_TIMEOUT), so a blocked
+// write cannot hang either. The kernel counts in whole seconds: below 3 s the bound
+// is 3 s.
+void keep_alive(int fd, std::chrono::milliseconds within = kDefaultHostTimeout);
 
 }  // namespace elasticrun::net

@@ -3,9 +3,11 @@
 #include "common/env.h"
 #include "common/log.h"
 #include "common/shm_dirs.h"
+#include "common/socket_options.h"
 #include "daemon/device_hint.h"
 
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <unistd.h>
 
 #include <csignal>
@@ -21,15 +23,8 @@ namespace asio = boost::asio;
 Supervisor::Supervisor(asio::io_context& io, int in_fd, int out_fd, std::function<void(int)> on_done,
                        SupervisorOptions options)
     : io_(io), in_(io, in_fd), out_(io, in_fd == out_fd ? ::fcntl(out_fd, F_DUPFD_CLOEXEC, 3) : out_fd),
-      on_done_(std::move(on_done)), options_(std::move(options)), kill_timer_(io), watchdog_(io) {
+      on_done_(std::move(on_done)), options_(std::move(options)), kill_timer_(io), watchdog_(io), beat_timer_(io) {
   if (!options_.state_dir.empty()) record_ = std::make_unique<JobRecord>(options_.state_dir);
-  // Tests shorten the watchdog; nothing else should need to.
-  if (const char* t = std::getenv("ELASTICRUN_DAEMON_HEARTBEAT_TIMEOUT"); t && *t) {
-    char* end = nullptr;
-    double s = std::strtod(t, &end);
-    if (end && *end == 0 && s > 0 && s < 1e6)
-      heartbeat_timeout_ = std::chrono::milliseconds(static_cast<long long>(s * 1000));
-  }
   WorkerEvents ev;
   ev.on_output = [this](std::uint32_t slot, int stream, std::span<const std::uint8_t> data) {
     send(msg::Output{slot, static_cast<std::uint8_t>(stream), wire::Bytes(data.begin(), data.end())});
@@ -104,16 +99,27 @@ void Supervisor::read() {
   });
 }
 
-// Any frame from the driver proves it is there; silence for kHeartbeatTimeout (the
-// driver sends heartbeats far more often) means it is gone or cut off.
+// Any frame from the driver proves it is there; silence for the host timeout (the
+// driver sends heartbeats several times as often) means it is gone or cut off.
 void Supervisor::watch_driver() {
-  watchdog_.expires_after(heartbeat_timeout_);
+  watchdog_.expires_after(driver_timeout_);
   watchdog_.async_wait([this](boost::system::error_code ec) {
     if (ec || stopping_) return;
     ER_LOG(daemon, warn, "no word from the driver for {:.1f} s; stopping all workers",
-           std::chrono::duration<double>(heartbeat_timeout_).count());
+           std::chrono::duration<double>(driver_timeout_).count());
     out_broken_ = true;
     stop(std::chrono::milliseconds(1000), 1);
+  });
+}
+
+// Our side of the heartbeat: the driver fails this host's workers when it hears
+// nothing from us for the host timeout.
+void Supervisor::beat() {
+  beat_timer_.expires_after(std::chrono::milliseconds(config_->heartbeat_ms));
+  beat_timer_.async_wait([this](boost::system::error_code ec) {
+    if (ec || done_) return;
+    send(msg::Heartbeat{});
+    beat();
   });
 }
 
@@ -124,6 +130,15 @@ void Supervisor::handle(const Frame& f) {
       if (config_) throw wire::DecodeError("second config frame");
       config_ = msg::parse<msg::Config>(f);
       if (config_->secret.size() != auth::Secret{}.size()) throw wire::DecodeError("bad secret size");
+      if (config_->heartbeat_ms < msg::kMinHeartbeatMs || config_->host_timeout_ms > msg::kMaxHostTimeoutMs ||
+          config_->host_timeout_ms < 2 * config_->heartbeat_ms)
+        throw wire::DecodeError(fmt::format("bad heartbeat settings: timeout {} ms, interval {} ms",
+                                            config_->host_timeout_ms, config_->heartbeat_ms));
+      driver_timeout_ = std::chrono::milliseconds(config_->host_timeout_ms);
+      // A connection from the driver (elasticrund --listen) gets the job's bound too.
+      net::keep_alive(in_.native_handle(), driver_timeout_);
+      watch_driver();
+      beat();
       if (options_.secret_pad)
         for (std::size_t i = 0; i < config_->secret.size(); ++i) config_->secret[i] ^= (*options_.secret_pad)[i];
       return;
@@ -204,6 +219,7 @@ void Supervisor::finish_if_idle() {
   done_ = true;
   kill_timer_.cancel();
   watchdog_.cancel();
+  beat_timer_.cancel();
   boost::system::error_code ec;
   in_.close(ec);
   out_.close(ec);

@@ -1,9 +1,11 @@
 // The daemon's side of one job: reads control frames from the driver, spawns and
 // kills workers through a Launcher, and reports their output and exits.
 //
-// When the control channel closes (driver gone, SSH dropped) or shutdown arrives,
-// every worker gets SIGTERM, then SIGKILL after the grace period, and the
-// supervisor finishes: no orphans.
+// When the control channel closes (driver gone, SSH dropped), the driver falls silent
+// for the job's host timeout (a cut link), or shutdown arrives, every worker gets
+// SIGTERM, then SIGKILL after the grace period, and the supervisor finishes: no
+// orphans. It sends the driver heartbeats of its own, so that the driver can tell a
+// silent host from a quiet one.
 #pragma once
 
 #include "common/auth.h"
@@ -44,6 +46,7 @@ class Supervisor {
   void read();
   void handle(const Frame& f);
   void watch_driver();
+  void beat();
   void on_spawn(const msg::Spawn& s);
   template <class M>
   void send(const M& m) {
@@ -68,8 +71,9 @@ class Supervisor {
   bool out_broken_ = false;
   bool stopping_ = false;
   int exit_code_ = 0;
-  boost::asio::steady_timer kill_timer_, watchdog_;
-  std::chrono::milliseconds heartbeat_timeout_ = msg::kHeartbeatTimeout;
+  boost::asio::steady_timer kill_timer_, watchdog_, beat_timer_;
+  // Silence from the driver tolerated: msg::kConfigTimeout until the config sets it.
+  std::chrono::milliseconds driver_timeout_ = msg::kConfigTimeout;
   bool done_ = false;
   std::map<std::uint32_t, std::string> shm_dirs_;
   std::uint64_t spawned_ = 0;

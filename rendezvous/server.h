@@ -9,6 +9,7 @@
 
 #include "common/auth.h"
 #include "common/messages.h"
+#include "common/socket_options.h"
 #include "rendezvous/assignment.h"
 
 #include <boost/asio.hpp>
@@ -26,6 +27,9 @@ struct ServerLimits {
   std::size_t max_keys = 1 << 20;
   std::size_t max_value = 1 << 20;
   std::chrono::milliseconds handshake_timeout{10000};
+  // TCP keep-alive bound on worker connections (net::keep_alive): a worker behind a
+  // cut link is failed after about this long.
+  std::chrono::milliseconds keep_alive = net::kDefaultHostTimeout;
 };
 
 class Session;

@@ -86,8 +86,9 @@ std::unique_ptr<Context> Context::from_environment() {
   auto epoch = static_cast<std::uint64_t>(int_env(env::kEpoch));
   auto timeout = collective_timeout();
   auto deadline = collective::Clock::now() + std::min(timeout, std::chrono::milliseconds(60000));
-  auto client = std::make_shared<collective::RendezvousClient>(required_env(env::kRendezvousAddr), *secret, host,
-                                                               slot, epoch, deadline);
+  auto client = std::make_shared<collective::RendezvousClient>(
+      required_env(env::kRendezvousAddr), *secret, host, slot, epoch, deadline,
+      seconds_env(env::kHostTimeout, net::kDefaultHostTimeout));
   auto ctx = std::unique_ptr<Context>(new Context());
   ctx->impl_->client = std::move(client);
   ctx->impl_->timeout = timeout;

@@ -26,7 +26,7 @@ std::uint32_t ms_until(Clock::time_point deadline) {
 }
 
 // Non-blocking connect bounded by the deadline; returns a connected blocking socket.
-int connect_to(const std::string& addr, Clock::time_point deadline) {
+int connect_to(const std::string& addr, Clock::time_point deadline, std::chrono::milliseconds keep_alive) {
   auto colon = addr.rfind(':');
   if (colon == std::string::npos) throw Error("bad rendezvous address '" + addr + "' (want host:port)");
   std::string host = addr.substr(0, colon), port = addr.substr(colon + 1);
@@ -56,7 +56,7 @@ int connect_to(const std::string& addr, Clock::time_point deadline) {
       int flags = 0, one = 1;
       ::ioctl(fd, FIONBIO, &flags);
       ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-      net::keep_alive(fd);  // a driver behind a cut link is noticed, not waited for
+      net::keep_alive(fd, keep_alive);  // a driver behind a cut link is noticed, not waited for
       return fd;
     }
     last = std::strerror(errno);
@@ -83,9 +83,10 @@ M expect(Result<Frame> f, const char* what) {
 }  // namespace
 
 RendezvousClient::RendezvousClient(const std::string& addr, const auth::Secret& secret, const std::string& host,
-                                   int slot, std::uint64_t epoch, Clock::time_point deadline)
+                                   int slot, std::uint64_t epoch, Clock::time_point deadline,
+                                   std::chrono::milliseconds keep_alive)
     : abort_(std::make_shared<AbortSignal>()) {
-  fd_ = connect_to(addr, deadline);
+  fd_ = connect_to(addr, deadline, keep_alive);
   channel_ = FdChannel(fd_, fd_);
   try {
     handshake(secret, deadline);

@@ -14,6 +14,7 @@
 #include "common/auth.h"
 #include "common/frame.h"
 #include "common/messages.h"
+#include "common/socket_options.h"
 
 #include <atomic>
 #include <condition_variable>
@@ -29,9 +30,11 @@ namespace elasticrun::collective {
 class RendezvousClient final : public Store {
  public:
   // Connects to "host:port", authenticates and joins the current epoch as (host, slot);
-  // throws Error/ProtocolError/TimeoutError.
+  // throws Error/ProtocolError/TimeoutError. A driver that falls silent (cut link,
+  // host down) is given up after about `keep_alive` (net::keep_alive).
   RendezvousClient(const std::string& addr, const auth::Secret& secret, const std::string& host, int slot,
-                   std::uint64_t epoch, Clock::time_point deadline);
+                   std::uint64_t epoch, Clock::time_point deadline,
+                   std::chrono::milliseconds keep_alive = net::kDefaultHostTimeout);
   ~RendezvousClient() override;
   RendezvousClient(const RendezvousClient&) = delete;
   RendezvousClient& operator=(const RendezvousClient&) = delete;

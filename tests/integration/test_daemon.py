@@ -513,24 +513,48 @@ def test_systemd_unit_command_line_starts_the_daemon(tmp_path):
 
 # ---- the daemon's watchdog: a driver that falls silent is taken for gone ----
 
-def spawn_frames(command):
-    config = field(secrets.token_bytes(32)) + field(b"127.0.0.1:1") + field(b"localhost") + field(b"/")
+def config_frame(heartbeat_ms=1000, timeout_ms=10000):
+    return frame(30, field(secrets.token_bytes(32)) + field(b"127.0.0.1:1") + field(b"localhost") + field(b"/")
+                 + struct.pack("<II", heartbeat_ms, timeout_ms))
+
+
+def spawn_frames(command, heartbeat_ms=1000, timeout_ms=10000):
     argv = struct.pack("<I", len(command)) + b"".join(field(a.encode()) for a in command)
     env = struct.pack("<I", 0)
     spawn = struct.pack("<IQii", 0, 1, 0, 1) + argv + env
-    return frame(30, config) + frame(31, spawn)
+    return config_frame(heartbeat_ms, timeout_ms) + frame(31, spawn)
+
+
+def frame_kinds(data):
+    kinds = []
+    while len(data) >= 8:
+        _, kind, _, n = struct.unpack("<HBBI", data[:8])
+        kinds.append(kind)
+        data = data[8 + n:]
+    return kinds
+
+
+@pytest.mark.parametrize("heartbeat_ms, timeout_ms", [(0, 10000), (1000, 1500), (1000, 0xffffffff)])
+def test_daemon_rejects_bad_heartbeat_settings(job, heartbeat_ms, timeout_ms):
+    d = subprocess.Popen([str(ELASTICRUND), "--stdio"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, env=job.env())
+    _, err = d.communicate(spawn_frames(["/bin/true"], heartbeat_ms, timeout_ms), timeout=10)
+    assert d.returncode == 1
+    assert b"rejected malformed config frame: bad heartbeat settings" in err, err
+    assert not [p for p in our_processes(job.tag) if p != d.pid]
 
 
 @pytest.mark.parametrize("beating", [True, False])
 def test_daemon_stops_workers_when_the_driver_falls_silent(job, beating):
-    """The driver sends a heartbeat every 5 s; a daemon that hears nothing for the
-    timeout (30 s; 1.5 s here) stops its workers and exits, as it does when its channel
-    closes. A cut link that never comes back shows no error on the daemon's side."""
-    env = {**job.env(), "ELASTICRUN_DAEMON_HEARTBEAT_TIMEOUT": "1.5"}
+    """The config sets the heartbeat (300 ms here) and the host timeout (1.5 s here; the
+    driver's --host-timeout): a daemon that hears nothing for that long stops its workers
+    and exits, as it does when its channel closes. A cut link that never comes back
+    shows no error on the daemon's side. The daemon beats too, so that the driver can
+    tell a silent host from a quiet one."""
     d = subprocess.Popen([str(ELASTICRUND), "--stdio"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, env=env)
+                         stderr=subprocess.PIPE, env=job.env())
     try:
-        d.stdin.write(spawn_frames(["/bin/sleep", "60"]))
+        d.stdin.write(spawn_frames(["/bin/sleep", "60"], heartbeat_ms=300, timeout_ms=1500))
         d.stdin.flush()
         deadline = time.monotonic() + 5
         while time.monotonic() < deadline and not [p for p in our_processes(job.tag) if p != d.pid]:
@@ -546,6 +570,12 @@ def test_daemon_stops_workers_when_the_driver_falls_silent(job, beating):
             time.sleep(0.3)
         if beating:
             assert d.poll() is None, d.stderr.read().decode()
+            d.stdin.close()
+            d.wait(timeout=10)
+            kinds = frame_kinds(d.stdout.read())
+            # ready, started, then a heartbeat every 300 ms for the 4 s (some slack for load)
+            assert kinds[:2] == [34, 35], kinds
+            assert kinds.count(39) >= 6, kinds
         else:
             assert d.poll() == 1
             assert time.monotonic() - t0 < 3.5

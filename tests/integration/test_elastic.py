@@ -139,6 +139,40 @@ def test_killed_daemon_fails_its_host_only(job, tmp_path):
     assert [x["size"] for x in epochs(job.events(ev))] == [3, 2]
 
 
+def test_stopped_daemon_is_taken_for_gone_after_host_timeout(job, tmp_path):
+    """A SIGSTOPped daemon closes nothing and its kernel still answers TCP keep-alives, as
+    a host behind a cut link answers nothing at all: only its missing heartbeats tell.
+    After --host-timeout (2 s here) the driver fails that host; the others go on. Once
+    continued, the daemon finds its channel closed and stops its worker."""
+    ev = tmp_path / "events"
+    p = job.start(["-np", 3, "--min-np", 2, "-H", "localhost:2,127.0.0.2:1", "--host-timeout", 2, "--events", ev,
+                   TESTPROG, "--elastic", "--allreduce-seconds", 8])
+    workers = wait_for_workers(job, 3)
+    child = [w for w in workers if b"ELASTICRUN_HOST=127.0.0.2" in Path(f"/proc/{w}/environ").read_bytes()][0]
+    daemon = int(Path(f"/proc/{child}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    assert argv0(daemon).endswith(b"elasticrund")
+    wait_for_event(job, ev, "epoch_joined")
+    os.kill(daemon, signal.SIGSTOP)
+    stopped = time.monotonic()
+    try:
+        wait_for_event(job, ev, "host_blacklisted", host="127.0.0.2", timeout=10)
+        detected = time.monotonic() - stopped
+    finally:
+        os.kill(daemon, signal.SIGCONT)
+    # 2 s of silence, noticed at the driver's next heartbeat tick (every 0.5 s), with
+    # slack for a loaded machine; the stop came right after a heartbeat at the earliest.
+    assert 1.4 < detected < 5, f"detected after {detected:.2f} s"
+    deadline = time.monotonic() + 5
+    while child in our_processes(job.tag) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert child not in our_processes(job.tag), "the continued daemon left its worker running"
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 0, err
+    assert re.search(r"host '127\.0\.0\.2' lost its daemon: heard nothing from it for [2-4]\.\d s \(--host-timeout\)", err), err
+    assert out.count("done after") == 2
+    assert [x["size"] for x in epochs(job.events(ev))] == [3, 2]
+
+
 def test_reset_limit_exceeded_fails_the_job(job, tmp_path):
     hosts, script = discovery(tmp_path, ["localhost:1", "127.0.0.2:1", "127.0.0.3:1"])
     p = job.start(["-np", 3, "--min-np", 1, "--host-discovery-script", script, "--discovery-interval", 0.2,

@@ -202,6 +202,33 @@ def test_sigkill_to_driver_leaves_no_orphans(job):
     # The fixture waits up to 5 s for daemons and workers to disappear.
 
 
+def test_silent_daemon_ends_a_fixed_size_job_after_host_timeout(job):
+    """Outside elastic mode a host whose daemon stops answering (SIGSTOP here; a cut link
+    behaves the same) ends the job after --host-timeout, naming the host, and nothing is
+    left behind: the stopped daemon is killed, and its worker dies with it."""
+    p = job.start(["-np", 2, "-H", "localhost:1,127.0.0.2:1", "--host-timeout", 1, TESTPROG, "--init",
+                   "--sleep", 60])
+    workers = wait_for_workers(job, 2)
+    child = [w for w in workers if b"ELASTICRUN_HOST=127.0.0.2" in Path(f"/proc/{w}/environ").read_bytes()][0]
+    daemon = int(Path(f"/proc/{child}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    assert argv0(daemon).endswith(b"elasticrund")
+    os.kill(daemon, signal.SIGSTOP)
+    t0 = time.monotonic()
+    try:
+        _, err = p.communicate(timeout=30)
+    finally:
+        try:
+            os.kill(daemon, signal.SIGCONT)
+        except ProcessLookupError:
+            pass
+    assert p.returncode == 1, err
+    assert re.search(r"lost the daemon on host '127\.0\.0\.2': heard nothing from it for \d\.\d s "
+                     r"\(--host-timeout\)", err), err
+    # 1 s of silence, then up to 4 s for the daemons to stop and 3 s to reap the stopped one.
+    assert time.monotonic() - t0 < 12
+    # the job fixture asserts that no daemon or worker is left
+
+
 def test_workers_that_never_join_time_out(job):
     r = job.run(["-np", 2, "--start-timeout", "1", "sleep", "30"])
     assert r.returncode == 4

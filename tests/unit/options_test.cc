@@ -89,12 +89,26 @@ TEST(Options, BadInputsHaveClearMessages) {
       {{"--start-timeout", "-1", "prog"}, "positive"},
       {{"--slots-per-host", "0", "prog"}, "out of range"},
       {{"-x", "=v", "prog"}, "VAR"},
+      {{"--host-timeout", "0.5", "prog"}, "from 1 to 86400"},
+      {{"--host-timeout", "86401", "prog"}, "from 1 to 86400"},
+      {{"--host-timeout", "nan", "prog"}, "from 1 to 86400"},
+      {{"--host-timeout", "soon", "prog"}, "invalid"},
   };
   for (const auto& c : cases) {
     auto r = parse(c.args);
     ASSERT_FALSE(r.ok()) << c.args[0];
     EXPECT_NE(r.error().find(c.why), std::string::npos) << r.error();
   }
+}
+
+TEST(Options, HostTimeoutSetsTheKeepAliveOfSshConnectionsToo) {
+  auto r = parse({"./train"});
+  ASSERT_TRUE(r.ok()) << r.error();
+  EXPECT_EQ(r->options->host_timeout, std::chrono::milliseconds(10000));
+  r = parse({"--host-timeout", "2.5", "./train"});
+  ASSERT_TRUE(r.ok()) << r.error();
+  EXPECT_EQ(r->options->host_timeout, std::chrono::milliseconds(2500));
+  EXPECT_EQ(r->options->ssh.keep_alive, std::chrono::milliseconds(2500));
 }
 
 TEST(Options, ElasticFlags) {
