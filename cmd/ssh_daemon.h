@@ -23,7 +23,7 @@ struct SshOptions {
   std::string config_file;       // empty: ~/.ssh/config
   HostKeyCheck host_key_check = HostKeyCheck::yes;
   std::chrono::milliseconds connect_timeout{10000};
-  // TCP keep-alive bound on the connection (elasticrun --host-timeout).
+  // The job's host timeout, for the connection's TCP keep-alive (net::keep_alive).
   std::chrono::milliseconds keep_alive{10000};
 };
 

@@ -15,8 +15,8 @@ inline constexpr const char* kSize = "ELASTICRUN_SIZE";    // world size at star
 // Seconds a worker waits in rejoin for the next epoch: the driver's own bound on
 // forming one (--elastic-timeout + --rendezvous-timeout), since it ends the job past it.
 inline constexpr const char* kRejoinTimeout = "ELASTICRUN_REJOIN_TIMEOUT";
-// Seconds of silence after which the worker's rendezvous connection is given up
-// (TCP keep-alive; elasticrun --host-timeout).
+// elasticrun --host-timeout: the worker's rendezvous connection is given up a little
+// after that much silence (TCP keep-alive, net::keep_alive).
 inline constexpr const char* kHostTimeout = "ELASTICRUN_HOST_TIMEOUT";
 
 // Read by the collective library; the user may set them.

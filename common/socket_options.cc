@@ -8,9 +8,9 @@
 
 namespace elasticrun::net {
 
-void keep_alive(int fd, std::chrono::milliseconds within) {
+void keep_alive(int fd, std::chrono::milliseconds host_timeout) {
   int on = 1, count = 2;
-  auto ms = std::max<long long>(within.count(), 1000);
+  auto ms = std::max<long long>(host_timeout.count() * 3 / 2, 1000);
   auto ceil_s = [](long long m) { return static_cast<int>(std::max<long long>(1, (m + 999) / 1000)); };
   int idle_s = ceil_s(ms / 2);
   int interval_s = ceil_s((ms - idle_s * 1000LL) / count);

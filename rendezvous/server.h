@@ -27,8 +27,8 @@ struct ServerLimits {
   std::size_t max_keys = 1 << 20;
   std::size_t max_value = 1 << 20;
   std::chrono::milliseconds handshake_timeout{10000};
-  // TCP keep-alive bound on worker connections (net::keep_alive): a worker behind a
-  // cut link is failed after about this long.
+  // The job's host timeout, for worker connections' TCP keep-alive (net::keep_alive):
+  // a worker behind a cut link is failed a little after it.
   std::chrono::milliseconds keep_alive = net::kDefaultHostTimeout;
 };
 

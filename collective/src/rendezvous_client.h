@@ -31,7 +31,8 @@ class RendezvousClient final : public Store {
  public:
   // Connects to "host:port", authenticates and joins the current epoch as (host, slot);
   // throws Error/ProtocolError/TimeoutError. A driver that falls silent (cut link,
-  // host down) is given up after about `keep_alive` (net::keep_alive).
+  // host down) is given up a little after `keep_alive`, the job's host timeout
+  // (net::keep_alive).
   RendezvousClient(const std::string& addr, const auth::Secret& secret, const std::string& host, int slot,
                    std::uint64_t epoch, Clock::time_point deadline,
                    std::chrono::milliseconds keep_alive = net::kDefaultHostTimeout);

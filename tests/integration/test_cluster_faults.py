@@ -10,7 +10,7 @@ What detects each fault:
   after --host-timeout (3 s in the test; 10 s by default) the driver gives the host up;
   TCP keep-alives on the driver's SSH connection and the worker's rendezvous connection
   (net::keep_alive() in common/socket_options.cc, with TCP_USER_TIMEOUT for
-  unacknowledged data) are a backstop a little later (4 s here). UCX endpoints use
+  unacknowledged data) are a backstop at 1.5 x the timeout (5 s here). UCX endpoints use
   UCP_ERR_HANDLING_MODE_NONE, so the survivors sit in their allreduce until the
   driver's abort (or their collective timeout, after which they re-join rather than
   exit). On the far side of the cut, the daemon hears no heartbeat from the driver for
