@@ -86,6 +86,42 @@ TEST(NcclIdExchange, EpochsHaveTheirOwnIds) {
   EXPECT_EQ(ec::exchange_nccl_id(store, "e2/", 3, nullptr, ec::Clock::now() + 1s), fake_id(2));
 }
 
+TEST(NcclIdExchange, ScopesCountCommunicatorsPerEpoch) {
+  ec::DeviceScopes scopes;
+  EXPECT_EQ(scopes.next(0), "e0/d0/");
+  EXPECT_EQ(scopes.next(0), "e0/d1/");
+  EXPECT_EQ(scopes.next(3), "e3/d0/");  // a newcomer of epoch 3 starts at d0 too
+  EXPECT_EQ(scopes.next(3), "e3/d1/");
+  EXPECT_EQ(ec::nccl_id_key(scopes.next(3)), "e3/d2/nccl/id");
+}
+
+// Two communicators in one epoch (a retry, or make_communicator beside Collectives):
+// rank 0 publishes the second id late, and a fetcher must wait for it, not take the
+// first one still in the store.
+TEST(NcclIdExchange, SecondCommunicatorOfAnEpochGetsAFreshId) {
+  constexpr int kRanks = 4;
+  auto store = std::make_shared<ec::MemoryStore>();
+  std::vector<std::vector<ec::Bytes>> got(kRanks);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < kRanks; ++r) {
+    threads.emplace_back([&, r] {
+      ec::DeviceScopes scopes;  // each rank's context counts on its own
+      for (std::uint8_t seed : {1, 2}) {
+        auto ex = ec::store_id_exchange(store, scopes.next(5), r);
+        got[r].push_back(ex(
+            [&] {
+              if (seed == 2) std::this_thread::sleep_for(100ms);
+              return fake_id(seed);
+            },
+            ec::Clock::now() + 5s));
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < kRanks; ++r)
+    EXPECT_EQ(got[r], (std::vector<ec::Bytes>{fake_id(1), fake_id(2)})) << "rank " << r;
+}
+
 TEST(NcclIdExchange, MalformedValueIsProtocolError) {
   ec::MemoryStore store;
   store.set("e1/nccl/id", ec::Bytes(5, 0));
