@@ -1,4 +1,4 @@
-// Device selection, ELASTICRUN_DEVICE parsing and the NCCL unique-id exchange over the
+// Device selection, ELASTICRUN_DEVICE(_HINT) parsing and the NCCL unique-id exchange over the
 // in-memory store with N threads. None of it needs NCCL or a GPU, so it runs in every build.
 #include "abort_signal.h"
 #include "device_factory.h"
@@ -43,12 +43,36 @@ TEST(DeviceConfig, ForcedDeviceAndErrors) {
   EXPECT_THROW(ec::select_device(-1, 2, std::nullopt), elasticrun::Error);
 }
 
+// The daemon's hint counts the host's GPUs; a worker may see fewer (a wrapper's
+// CUDA_VISIBLE_DEVICES, MIG): the hint wraps around instead of failing.
+TEST(DeviceConfig, HintIsModuloTheVisibleDevices) {
+  EXPECT_EQ(ec::select_device(0, 4, std::nullopt, 3), 3);
+  EXPECT_EQ(ec::select_device(0, 1, std::nullopt, 3), 0);  // one GPU left visible per rank
+  EXPECT_EQ(ec::select_device(0, 2, std::nullopt, 5), 1);
+  EXPECT_EQ(ec::select_device(1, 4, 2, 3), 2);  // the user's choice wins
+  EXPECT_THROW(ec::select_device(0, 2, 2, 1), elasticrun::Error);
+  EXPECT_THROW(ec::select_device(0, 0, std::nullopt, 1), elasticrun::Error);
+}
+
 TEST(DeviceConfig, FromEnvironment) {
   ::setenv(ec::kDeviceEnv, "1", 1);
+  ::setenv(ec::kDeviceHintEnv, "3", 1);
   EXPECT_EQ(ec::select_device_from_env(0, 4), 1);
+  ::setenv(ec::kDeviceEnv, "5", 1);
+  EXPECT_THROW(ec::select_device_from_env(0, 4), elasticrun::Error);
   ::setenv(ec::kDeviceEnv, "bad", 1);
   EXPECT_THROW(ec::select_device_from_env(0, 4), elasticrun::Error);
   ::unsetenv(ec::kDeviceEnv);
+  EXPECT_EQ(ec::select_device_from_env(0, 4), 3);
+  EXPECT_EQ(ec::select_device_from_env(0, 2), 1);
+  ::setenv(ec::kDeviceHintEnv, "x", 1);
+  try {
+    ec::select_device_from_env(0, 4);
+    ADD_FAILURE() << "a malformed hint was accepted";
+  } catch (const elasticrun::Error& e) {
+    EXPECT_NE(std::string(e.what()).find(ec::kDeviceHintEnv), std::string::npos) << e.what();
+  }
+  ::unsetenv(ec::kDeviceHintEnv);
   EXPECT_EQ(ec::select_device_from_env(6, 4), 2);
 }
 
