@@ -24,9 +24,13 @@ inline constexpr const char* kAlgorithm = "ELASTICRUN_ALGORITHM";  // auto|shm|r
 inline constexpr const char* kProgress = "ELASTICRUN_PROGRESS";    // auto|busy|block
 inline constexpr const char* kCollectiveTimeout = "ELASTICRUN_COLLECTIVE_TIMEOUT";  // seconds
 inline constexpr const char* kLogLevel = "ELASTICRUN_LOG_LEVEL";  // error|warn|info|debug
-// The CUDA device index a worker uses (among its visible ones). elasticrund sets it from
-// the slot when the host has GPUs, unless the user set it or CUDA_VISIBLE_DEVICES.
+// The CUDA device index a worker uses (among its visible ones): the user's choice, an
+// error when out of range.
 inline constexpr const char* kDevice = "ELASTICRUN_DEVICE";
+// elasticrund's suggestion, from the slot and the GPUs the daemon can see (unless the user
+// set ELASTICRUN_DEVICE or CUDA_VISIBLE_DEVICES). The worker may see fewer (a wrapper's
+// CUDA_VISIBLE_DEVICES, MIG, cgroups), so the library takes it modulo its device count.
+inline constexpr const char* kDeviceHint = "ELASTICRUN_DEVICE_HINT";
 // 0: a device communicator never shrinks, every epoch builds a fresh one (default 1).
 inline constexpr const char* kNcclShrink = "ELASTICRUN_NCCL_SHRINK";
 

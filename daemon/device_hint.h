@@ -3,9 +3,11 @@
 // Slots are stable across elastic epochs (a worker keeps its slot for its life, and a
 // replacement takes a free one), local ranks are not: a survivor's local_rank can change
 // when an earlier slot on its host goes away. So the daemon gives each worker
-// ELASTICRUN_DEVICE = slot % (GPUs it can see), and the library prefers that variable
+// ELASTICRUN_DEVICE_HINT = slot % (GPUs it can see), and the library prefers that hint
 // over local_rank % device_count: a worker stays on its GPU for its whole life, and two
-// live workers of one host never pick the same GPU while slots <= GPUs.
+// live workers of one host never pick the same GPU while slots <= GPUs. It is a hint, not
+// ELASTICRUN_DEVICE: the library takes it modulo the devices the worker sees, which may
+// be fewer than the daemon counted (a wrapper setting CUDA_VISIBLE_DEVICES, MIG, cgroups).
 //
 // GPUs are counted from /proc/driver/nvidia/gpus (one entry per GPU the driver bound),
 // so the daemon links no CUDA. If the daemon's own environment has CUDA_VISIBLE_DEVICES,

@@ -181,7 +181,8 @@ void Supervisor::on_spawn(const msg::Spawn& s) {
   set(env::kRank, std::to_string(s.rank));
   set(env::kSize, std::to_string(s.size));
   // A GPU per slot (stable across epochs, unlike local_rank), unless the user chose.
-  if (auto device = worker_device_hint(static_cast<int>(s.slot), s.env)) set(env::kDevice, std::to_string(*device));
+  if (auto device = worker_device_hint(static_cast<int>(s.slot), s.env))
+    set(env::kDeviceHint, std::to_string(*device));
   // Later entries win: dedupe keeping the last occurrence of each key.
   std::map<std::string, std::string> merged;
   for (const auto& kv : spec.env)

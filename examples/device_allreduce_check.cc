@@ -33,8 +33,11 @@
 // allreduce, so its peers wait inside NCCL until the control plane aborts them (or NCCL
 // reports the lost connection). --fail-how exit (default: _Exit(1)), kill (SIGKILL) or
 // stop (SIGSTOP: a silent peer, found by ELASTICRUN_COLLECTIVE_TIMEOUT). The survivors must
-// finish with total == steps, as a run without failures would. --memory host runs the
-// same on host buffers (the host transport), without a GPU: the integration tests do.
+// finish with total == steps, as a run without failures would. Two more running totals
+// live in device memory, tracked by the State with a host and with a device snapshot, so
+// restore and sync of device items are checked too: both must equal steps as well.
+// --memory host runs the same on host buffers (the host transport; both extra totals
+// then host memory with host snapshots), without a GPU: the integration tests do.
 //
 // Exit status: 0 passed, 1 a wrong result or an error, 2 bad arguments, 77 no device.
 #include "collective_checks.h"
@@ -338,6 +341,33 @@ int bench(elasticrun::Context& ctx, elasticrun::device::Collectives& coll, const
   std::_Exit(1);
 }
 
+// A running total in device memory (host memory with --memory host); the sum itself is
+// done on the host, since what is checked is the State's copies of the memory.
+class Total {
+ public:
+  explicit Total(bool device) : dev_(device ? std::make_unique<DeviceBuffer>(sizeof(double)) : nullptr) {
+    if (dev_) check_cuda(cudaMemset(dev_->p, 0, sizeof(double)), "cudaMemset");
+  }
+  void* data() { return dev_ ? dev_->p : &host_; }
+  double get() const {
+    double v = host_;
+    if (dev_) down(&v, dev_->p, sizeof v);
+    return v;
+  }
+  void add(double v) {
+    if (!dev_) {
+      host_ += v;
+      return;
+    }
+    double x = get() + v;
+    up(*dev_, &x, sizeof x);
+  }
+
+ private:
+  std::unique_ptr<DeviceBuffer> dev_;
+  double host_ = 0;
+};
+
 int elastic(elasticrun::Context& ctx, const Options& o) {
   elasticrun::device::Collectives coll(ctx);
   long step = 0;
@@ -345,6 +375,10 @@ int elastic(elasticrun::Context& ctx, const Options& o) {
   elasticrun::State state(ctx);
   state.track_value("step", step);
   state.track_value("total", total);
+  Total host_snap(!o.host_memory), dev_snap(!o.host_memory);
+  state.track_raw("total on device, host snapshot", host_snap.data(), 1, DataType::f64);
+  state.track_raw("total on device, device snapshot", dev_snap.data(), 1, DataType::f64,
+                  o.host_memory ? elasticrun::Snapshot::host : elasticrun::Snapshot::device);
   // The step's value: device memory, or with --memory host a host float (the same run
   // on the host path, so the fault handling can be tried without a GPU).
   std::unique_ptr<DeviceBuffer> dev = o.host_memory ? nullptr : std::make_unique<DeviceBuffer>(sizeof(float));
@@ -365,13 +399,16 @@ int elastic(elasticrun::Context& ctx, const Options& o) {
       if (dev) down(&v, one, sizeof v);
       else v = host_value;
       total += v;
+      host_snap.add(v);
+      dev_snap.add(v);
       ++step;  // before the commit: a restored state must not repeat this step
       if (step % 10 == 0) st.commit();
     }
   });
-  bool ok = total == static_cast<double>(o.steps);
-  std::printf("rank %d: final steps=%ld total=%g resets=%d %s\n", ctx.topology().rank, step, total, ctx.resets(),
-              ok ? "OK" : "WRONG");
+  const double want = static_cast<double>(o.steps), h = host_snap.get(), d = dev_snap.get();
+  bool ok = total == want && h == want && d == want;
+  std::printf("rank %d: final steps=%ld total=%g state totals=%g,%g resets=%d %s\n", ctx.topology().rank, step, total, h,
+              d, ctx.resets(), ok ? "OK" : "WRONG");
   return ok ? 0 : 1;
 }
 

@@ -1,9 +1,12 @@
 // The C API: forwards to the C++ free functions and turns exceptions into codes.
+#include "c_api_run.h"
+
 #include <elasticrun/elasticrun.h>
 #include <elasticrun/elastic.hpp>
 #include <elasticrun/elasticrun.hpp>
 
 #include <exception>
+#include <functional>
 #include <span>
 #include <string>
 
@@ -139,13 +142,35 @@ int check_state(const er_state* st) {
   return ER_OK;
 }
 
-// A C body reports failures as codes; the retry loop reacts to exceptions.
+// A C body reports failures as codes; the retry loop reacts to exceptions. Each code
+// run_loop recovers from maps back to its exception.
 void rethrow_code(int rc) {
-  if (rc == ER_WORKERS_FAILED) throw elasticrun::WorkersFailed(t_last_error.empty() ? "workers failed" : t_last_error);
-  if (rc == ER_HOSTS_UPDATED) throw elasticrun::HostsUpdated(t_last_error.empty() ? "hosts updated" : t_last_error);
+  auto why = [](const char* fallback) { return t_last_error.empty() ? std::string(fallback) : t_last_error; };
+  if (rc == ER_WORKERS_FAILED) throw elasticrun::WorkersFailed(why("workers failed"));
+  if (rc == ER_HOSTS_UPDATED) throw elasticrun::HostsUpdated(why("hosts updated"));
+  if (rc == ER_TIMEOUT) throw elasticrun::TimeoutError(why("timed out"));
 }
 
 }  // namespace
+
+namespace elasticrun::capi {
+
+int run(State& state, const std::function<int()>& body) {
+  int result = ER_OK;
+  std::string why;  // the body's own failure message, which guarded() would clear
+  int rc = guarded([&] {
+    run_loop(state, [&] {
+      result = body();
+      why = t_last_error;
+      rethrow_code(result);
+    });
+  });
+  if (rc != ER_OK) return rc;
+  if (result != ER_OK) t_last_error = why;
+  return result;
+}
+
+}  // namespace elasticrun::capi
 
 extern "C" {
 
@@ -208,18 +233,7 @@ int er_rejoin(void) {
 int er_run(er_state* st, int (*fn)(er_state*, void*), void* arg) {
   if (int rc = check_state(st)) return rc;
   if (!fn) return fail(ER_INVALID, "er_run: fn is null");
-  int result = ER_OK;
-  std::string why;  // fn's own failure message, which guarded() would clear
-  int rc = guarded([&] {
-    elasticrun::run_loop(st->state, [&] {
-      result = fn(st, arg);
-      why = t_last_error;
-      rethrow_code(result);
-    });
-  });
-  if (rc != ER_OK) return rc;
-  if (result != ER_OK) t_last_error = why;
-  return result;
+  return elasticrun::capi::run(st->state, [&] { return fn(st, arg); });
 }
 
 }  // extern "C"

@@ -1,5 +1,6 @@
 // Context: one worker's membership in the job, and the process-wide default.
 #include "context_internal.h"
+#include "nccl_id_exchange.h"
 #include "rendezvous_client.h"
 #include "ucx_communicator.h"
 
@@ -19,6 +20,7 @@ struct Context::Impl {
   int resets = 0;
   std::shared_ptr<collective::RendezvousClient> client;  // null for a standalone communicator
   std::unique_ptr<Communicator> comm;
+  collective::DeviceScopes device_scopes;
 };
 
 namespace {
@@ -124,6 +126,9 @@ void Context::rejoin() {
 }
 
 std::shared_ptr<collective::RendezvousClient> ContextInternals::client(Context& ctx) { return ctx.impl_->client; }
+std::string ContextInternals::next_device_scope(Context& ctx) {
+  return ctx.impl_->device_scopes.next(ctx.impl_->topo.epoch);
+}
 
 bool Context::hosts_updated() const { return impl_->client && impl_->client->hosts_updated(); }
 int Context::resets() const { return impl_->resets; }

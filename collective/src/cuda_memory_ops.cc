@@ -4,6 +4,8 @@
 #include "nccl_communicator.h"
 #include "nccl_errors.h"
 
+#include <cuda.h>
+#include <cudaTypedefs.h>
 #include <cuda_runtime_api.h>
 
 #include <string>
@@ -23,12 +25,36 @@ int device_of(const void* p) {
   return dev ? attr.device : -1;
 }
 
+// Whether the calling thread has a current CUDA context. cudaGetDevice cannot tell: a
+// thread that never chose a device reports 0. The driver's cuCtxGetCurrent can, reached
+// through the runtime so that libcuda stays unlinked. Unknown counts as yes.
+bool thread_has_context() {
+  static const PFN_cuCtxGetCurrent_v4000 get = [] {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    if (cudaGetDriverEntryPointByVersion("cuCtxGetCurrent", &fn, 12000, cudaEnableDefault, &found) != cudaSuccess ||
+        found != cudaDriverEntryPointSuccess) {
+      cudaGetLastError();
+      fn = nullptr;
+    }
+    return reinterpret_cast<PFN_cuCtxGetCurrent_v4000>(fn);
+  }();
+  CUcontext ctx = nullptr;
+  return !get || get(&ctx) != CUDA_SUCCESS || ctx != nullptr;
+}
+
 // Makes `device` current for its lifetime (if it is one), then puts the previous back.
+// Only when they differ, and only to a device the thread had chosen: cudaSetDevice
+// creates the device's primary context (hundreds of MB), and "back" to the 0 that a
+// thread without a device reports would put one on GPU 0. Such a thread keeps `device`.
 class DeviceScope {
  public:
   explicit DeviceScope(int device) {
-    if (device < 0 || cudaGetDevice(&previous_) != cudaSuccess) return;
+    int current = -1;
+    if (device < 0 || cudaGetDevice(&current) != cudaSuccess || current == device) return;
+    bool chosen = thread_has_context();
     check_cuda(cudaSetDevice(device), "elastic state: cudaSetDevice(" + std::to_string(device) + ")");
+    if (chosen) previous_ = current;
   }
   ~DeviceScope() {
     if (previous_ >= 0) cudaSetDevice(previous_);
@@ -63,8 +89,15 @@ class CudaMemoryOps final : public MemoryOps {
     return p;
   }
 
+  // cudaFree first makes the current device's context, so free from the pointer's device.
   void free_device(void* p) noexcept override {
-    if (p) cudaFree(p);
+    if (!p) return;
+    try {
+      DeviceScope scope(device_of(p));
+      cudaFree(p);
+    } catch (...) {
+      cudaFree(p);  // its device could not be made current: free from where we are
+    }
   }
 
  private:

@@ -20,9 +20,10 @@ bool available(std::string* why) { return collective::device_available(why); }
 
 int use_device(const Context& ctx) { return collective::use_device(ctx.topology().local_rank); }
 
-// The unique id travels through the rendezvous store under this epoch's scope, and the
-// communicator watches the control plane's AbortSignal, so a dead peer (which NCCL may
-// never report) ends a device wait as promptly as a host one. A context without a
+// The unique id travels through the rendezvous store under a scope of this communicator's
+// own (DeviceScopes: the epoch and a count), and the communicator watches the control
+// plane's AbortSignal, so a dead peer (which NCCL may never report) ends a device wait
+// as promptly as a host one. A context without a
 // rendezvous connection (built around a bare Communicator) broadcasts the id instead.
 namespace {
 
@@ -36,10 +37,7 @@ std::unique_ptr<Communicator> make_on(Context& ctx, int device) {
   cfg.timeout = collective::collective_timeout_from_env();
   int rank = topo.rank;
   if (auto client = ContextInternals::client(ctx)) {
-    std::string scope = "e";
-    scope += std::to_string(topo.epoch);
-    scope += '/';
-    auto exchange = collective::store_id_exchange(client, std::move(scope), rank);
+    auto exchange = collective::store_id_exchange(client, ContextInternals::next_device_scope(ctx), rank);
     return collective::make_device_communicator(cfg, exchange, client->abort_signal());
   }
   collective::IdExchange exchange = [&ctx, rank](const std::function<collective::Bytes()>& make_id,

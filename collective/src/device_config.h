@@ -1,13 +1,15 @@
 // Which GPU a worker uses, and the device backend's settings.
 //
 // Device selection follows CUDA_VISIBLE_DEVICES semantics: device numbers are
-// indices into the devices this process can see. ELASTICRUN_DEVICE wins when set: the
-// daemon sets it per worker to slot % GPUs (daemon/device_hint.h), stable across epochs,
-// unless the user set it or CUDA_VISIBLE_DEVICES. Without it the worker takes device
-// `local_rank % device_count`. NCCL (since 2.5) refuses two ranks
-// of one communicator on the same GPU ("Duplicate GPU detected", ncclInvalidUsage, which
-// surfaces as Error), so a GPU job needs at most as many slots per host as GPUs.
-// ELASTICRUN_DEVICE=N forces device N (an index among the visible ones).
+// indices into the devices this process can see. In order:
+//   - ELASTICRUN_DEVICE=N, the user's choice, forces device N; out of range is an error.
+//   - ELASTICRUN_DEVICE_HINT, the daemon's slot % GPUs (daemon/device_hint.h), stable
+//     across epochs, taken modulo the device count: the daemon counts the host's GPUs,
+//     the worker may see fewer, and a guess is no reason to fail.
+//   - otherwise `local_rank % device_count`.
+// NCCL (since 2.5) refuses two ranks of one communicator on the same GPU ("Duplicate GPU
+// detected", ncclInvalidUsage, which surfaces as Error), so a GPU job needs at most as
+// many slots per host as GPUs.
 #pragma once
 
 #include "common/env.h"
@@ -18,16 +20,18 @@
 namespace elasticrun::collective {
 
 inline constexpr const char* kDeviceEnv = env::kDevice;
+inline constexpr const char* kDeviceHintEnv = env::kDeviceHint;
 
-// Parses an ELASTICRUN_DEVICE value: a non-negative integer. Null or empty means
-// unset. Throws Error naming the variable otherwise.
-std::optional<int> parse_device(const char* value);
+// Parses a device index (the value of the variable `name`): a non-negative integer.
+// Null or empty means unset. Throws Error naming the variable otherwise.
+std::optional<int> parse_device(const char* value, const char* name = kDeviceEnv);
 
 // The device for `local_rank` among `device_count` visible ones, honouring `forced`
-// (from parse_device). Throws Error when no device is visible or `forced` is out of range.
-int select_device(int local_rank, int device_count, std::optional<int> forced);
+// and then `hint` (from parse_device). Throws Error when no device is visible or
+// `forced` is out of range.
+int select_device(int local_rank, int device_count, std::optional<int> forced, std::optional<int> hint = {});
 
-// select_device with the forced device read from the environment.
+// select_device with the forced device and the hint read from the environment.
 int select_device_from_env(int local_rank, int device_count);
 
 }  // namespace elasticrun::collective

@@ -6,6 +6,14 @@ namespace elasticrun::collective {
 
 std::string nccl_id_key(const std::string& scope) { return scope + "nccl/id"; }
 
+std::string DeviceScopes::next(std::uint64_t epoch) {
+  if (epoch != epoch_) {
+    epoch_ = epoch;
+    created_ = 0;
+  }
+  return "e" + std::to_string(epoch) + "/d" + std::to_string(created_++) + "/";
+}
+
 Bytes exchange_nccl_id(Store& store, const std::string& scope, int rank, const std::function<Bytes()>& make_id,
                        Clock::time_point deadline) {
   const std::string key = nccl_id_key(scope);

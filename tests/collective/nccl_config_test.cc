@@ -1,4 +1,4 @@
-// Device selection, ELASTICRUN_DEVICE parsing and the NCCL unique-id exchange over the
+// Device selection, ELASTICRUN_DEVICE(_HINT) parsing and the NCCL unique-id exchange over the
 // in-memory store with N threads. None of it needs NCCL or a GPU, so it runs in every build.
 #include "abort_signal.h"
 #include "device_factory.h"
@@ -43,12 +43,36 @@ TEST(DeviceConfig, ForcedDeviceAndErrors) {
   EXPECT_THROW(ec::select_device(-1, 2, std::nullopt), elasticrun::Error);
 }
 
+// The daemon's hint counts the host's GPUs; a worker may see fewer (a wrapper's
+// CUDA_VISIBLE_DEVICES, MIG): the hint wraps around instead of failing.
+TEST(DeviceConfig, HintIsModuloTheVisibleDevices) {
+  EXPECT_EQ(ec::select_device(0, 4, std::nullopt, 3), 3);
+  EXPECT_EQ(ec::select_device(0, 1, std::nullopt, 3), 0);  // one GPU left visible per rank
+  EXPECT_EQ(ec::select_device(0, 2, std::nullopt, 5), 1);
+  EXPECT_EQ(ec::select_device(1, 4, 2, 3), 2);  // the user's choice wins
+  EXPECT_THROW(ec::select_device(0, 2, 2, 1), elasticrun::Error);
+  EXPECT_THROW(ec::select_device(0, 0, std::nullopt, 1), elasticrun::Error);
+}
+
 TEST(DeviceConfig, FromEnvironment) {
   ::setenv(ec::kDeviceEnv, "1", 1);
+  ::setenv(ec::kDeviceHintEnv, "3", 1);
   EXPECT_EQ(ec::select_device_from_env(0, 4), 1);
+  ::setenv(ec::kDeviceEnv, "5", 1);
+  EXPECT_THROW(ec::select_device_from_env(0, 4), elasticrun::Error);
   ::setenv(ec::kDeviceEnv, "bad", 1);
   EXPECT_THROW(ec::select_device_from_env(0, 4), elasticrun::Error);
   ::unsetenv(ec::kDeviceEnv);
+  EXPECT_EQ(ec::select_device_from_env(0, 4), 3);
+  EXPECT_EQ(ec::select_device_from_env(0, 2), 1);
+  ::setenv(ec::kDeviceHintEnv, "x", 1);
+  try {
+    ec::select_device_from_env(0, 4);
+    ADD_FAILURE() << "a malformed hint was accepted";
+  } catch (const elasticrun::Error& e) {
+    EXPECT_NE(std::string(e.what()).find(ec::kDeviceHintEnv), std::string::npos) << e.what();
+  }
+  ::unsetenv(ec::kDeviceHintEnv);
   EXPECT_EQ(ec::select_device_from_env(6, 4), 2);
 }
 
@@ -84,6 +108,42 @@ TEST(NcclIdExchange, EpochsHaveTheirOwnIds) {
   ec::exchange_nccl_id(store, "e2/", 0, [] { return fake_id(2); }, ec::Clock::now() + 1s);
   EXPECT_EQ(ec::exchange_nccl_id(store, "e1/", 3, nullptr, ec::Clock::now() + 1s), fake_id(1));
   EXPECT_EQ(ec::exchange_nccl_id(store, "e2/", 3, nullptr, ec::Clock::now() + 1s), fake_id(2));
+}
+
+TEST(NcclIdExchange, ScopesCountCommunicatorsPerEpoch) {
+  ec::DeviceScopes scopes;
+  EXPECT_EQ(scopes.next(0), "e0/d0/");
+  EXPECT_EQ(scopes.next(0), "e0/d1/");
+  EXPECT_EQ(scopes.next(3), "e3/d0/");  // a newcomer of epoch 3 starts at d0 too
+  EXPECT_EQ(scopes.next(3), "e3/d1/");
+  EXPECT_EQ(ec::nccl_id_key(scopes.next(3)), "e3/d2/nccl/id");
+}
+
+// Two communicators in one epoch (a retry, or make_communicator beside Collectives):
+// rank 0 publishes the second id late, and a fetcher must wait for it, not take the
+// first one still in the store.
+TEST(NcclIdExchange, SecondCommunicatorOfAnEpochGetsAFreshId) {
+  constexpr int kRanks = 4;
+  auto store = std::make_shared<ec::MemoryStore>();
+  std::vector<std::vector<ec::Bytes>> got(kRanks);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < kRanks; ++r) {
+    threads.emplace_back([&, r] {
+      ec::DeviceScopes scopes;  // each rank's context counts on its own
+      for (std::uint8_t seed : {1, 2}) {
+        auto ex = ec::store_id_exchange(store, scopes.next(5), r);
+        got[r].push_back(ex(
+            [&] {
+              if (seed == 2) std::this_thread::sleep_for(100ms);
+              return fake_id(seed);
+            },
+            ec::Clock::now() + 5s));
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < kRanks; ++r)
+    EXPECT_EQ(got[r], (std::vector<ec::Bytes>{fake_id(1), fake_id(2)})) << "rank " << r;
 }
 
 TEST(NcclIdExchange, MalformedValueIsProtocolError) {

@@ -58,4 +58,6 @@ TEST(DeviceHint, NeverOverridesTheUser) {
   auto hint = ed::worker_device_hint(5, {});
   if (gpus == 0) EXPECT_FALSE(hint);
   else EXPECT_EQ(hint, 5 % gpus);
+  // A stray ELASTICRUN_DEVICE_HINT in the job's environment is no choice of the user's.
+  EXPECT_EQ(ed::worker_device_hint(5, {"ELASTICRUN_DEVICE_HINT=0"}), hint);
 }

@@ -14,9 +14,10 @@
 // on abort or deadline. After any such error the communicator is unusable: make a new one
 // after Context::rejoin() (Collectives does this by itself when the epoch changes).
 //
-// Device choice: ELASTICRUN_DEVICE=N (an index among the visible ones) when set, which
-// the daemon does per worker (slot % GPUs, stable across epochs) unless the user set it
-// or CUDA_VISIBLE_DEVICES; otherwise `local_rank % device_count`. Call use_device(ctx)
+// Device choice: ELASTICRUN_DEVICE=N (an index among the visible ones) when the user set
+// it; else ELASTICRUN_DEVICE_HINT modulo the visible device count, which the daemon sets
+// per worker (slot % GPUs, stable across epochs) unless the user set ELASTICRUN_DEVICE or
+// CUDA_VISIBLE_DEVICES; otherwise `local_rank % device_count`. Call use_device(ctx)
 // before allocating device buffers, so they live on the GPU the communicator uses.
 //
 // At a new epoch that only removed ranks, Collectives shrinks the previous communicator
@@ -44,7 +45,8 @@ bool available(std::string* why = nullptr);
 
 // Makes this worker's device (see "Device choice" above) the calling thread's current
 // CUDA device (cudaSetDevice) and returns its index. Throws Error without the backend
-// or a device, or for a malformed or out-of-range ELASTICRUN_DEVICE.
+// or a device, for a malformed ELASTICRUN_DEVICE or ELASTICRUN_DEVICE_HINT, or an
+// out-of-range ELASTICRUN_DEVICE.
 int use_device(const Context& ctx);
 
 // Collectives on device buffers, for one epoch. Same shapes as elasticrun::Communicator;

@@ -100,9 +100,9 @@ int er_state_sync(er_state* st);
 int er_state_on_reset(er_state* st, void (*fn)(void* arg), void* arg);
 /* Re-joins the job's next epoch; ER_ERROR if this worker was removed from it. */
 int er_rejoin(void);
-/* The retry loop: syncs, calls fn; when fn returns ER_WORKERS_FAILED or ER_HOSTS_UPDATED
- * (passed on from a failed call) it restores as needed, re-joins, runs the on_reset
- * callbacks and calls fn again. Returns fn's other codes (ER_OK included) as they are,
+/* The retry loop: syncs, calls fn; when fn returns ER_WORKERS_FAILED, ER_HOSTS_UPDATED or
+ * ER_TIMEOUT (passed on from a failed call) it restores as needed, re-joins, runs the
+ * on_reset callbacks and calls fn again. Returns fn's other codes (ER_OK included) as they are,
  * or the code of a failed re-join or sync. */
 int er_run(er_state* st, int (*fn)(er_state* st, void* arg), void* arg);
 
