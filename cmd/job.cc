@@ -268,23 +268,28 @@ std::chrono::milliseconds Job::heartbeat_interval() const {
                     std::chrono::milliseconds(5000));
 }
 
-// Sends every daemon a heartbeat and gives up a daemon that has sent nothing (not even
-// its own heartbeats) for --host-timeout: a host behind a cut link, powered off, or a
-// stopped daemon, none of which closes a connection.
+// Sends every daemon a heartbeat every heartbeat_interval(), and gives up a daemon that
+// has sent nothing (not even its own heartbeats) for --host-timeout: a host behind a cut
+// link, powered off, or a stopped daemon, none of which closes a connection. The timer
+// ticks more often than it beats, so that the silence is caught soon after the timeout.
 void Job::heartbeat() {
-  heartbeat_timer_.expires_after(heartbeat_interval());
-  heartbeat_timer_.async_wait([this](boost::system::error_code ec) {
+  using namespace std::chrono;
+  auto tick = std::clamp(heartbeat_interval() / 5, milliseconds(10), milliseconds(250));
+  heartbeat_timer_.expires_after(tick);
+  heartbeat_timer_.async_wait([this, tick](boost::system::error_code ec) {
     if (ec || exit_code_ >= 0) return;
-    auto now = std::chrono::steady_clock::now();
+    auto now = steady_clock::now();
     // A tick far behind its time means this loop itself stalled (the machine swapped,
     // the driver was stopped): the daemons' frames wait unread in the sockets, and
     // their silence proves nothing.
-    bool stalled = now - last_beat_ > 2 * heartbeat_interval() + std::chrono::milliseconds(500);
-    last_beat_ = now;
+    bool stalled = now - last_tick_ > tick + std::min(milliseconds(500), opts_.host_timeout / 4);
+    last_tick_ = now;
+    bool beat = now - last_beat_ >= heartbeat_interval() - tick / 2;
+    if (beat) last_beat_ = now;
     std::vector<std::string> silent;
     for (auto& [h, d] : daemons_) {
       if (d->closed()) continue;
-      d->send(msg::Heartbeat{});
+      if (beat) d->send(msg::Heartbeat{});
       if (stalled) d->heard_now();
       else if (d->ready() && now - d->last_heard() > opts_.host_timeout) silent.push_back(h);
     }
@@ -293,7 +298,7 @@ void Job::heartbeat() {
       auto it = daemons_.find(h);
       if (it == daemons_.end() || it->second->closed() || exit_code_ >= 0) continue;
       it->second->lost(fmt::format("heard nothing from it for {:.1f} s (--host-timeout)",
-                                   std::chrono::duration<double>(now - it->second->last_heard()).count()));
+                                   duration<double>(now - it->second->last_heard()).count()));
     }
     heartbeat();
   });
@@ -317,7 +322,7 @@ int Job::run() {
   if (auto ok = start(); !ok) {
     finish(exit_code::kLaunchFailed, ok.error());
   } else {
-    last_beat_ = std::chrono::steady_clock::now();
+    last_tick_ = last_beat_ = std::chrono::steady_clock::now();
     heartbeat();
   }
   io_.run();

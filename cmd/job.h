@@ -99,7 +99,7 @@ class Job {
   boost::asio::signal_set signals_;
   boost::asio::steady_timer join_timer_, elastic_timer_, stop_timer_, cooldown_timer_, abandon_timer_,
       heartbeat_timer_;
-  std::chrono::steady_clock::time_point last_beat_{};  // the heartbeat timer's last tick
+  std::chrono::steady_clock::time_point last_tick_{}, last_beat_{};  // of the heartbeat timer
   bool abandon_pending_ = false;
   bool waiting_for_slots_ = false;
   bool epoch_broken_ = false;  // a failure happened since the current epoch started
