@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import EXAMPLES, TESTPROG, our_processes
+from conftest import EXAMPLES, ROOT, TESTPROG, our_processes
 
 
 def test_four_workers_join_with_correct_topology(job):
@@ -276,3 +276,14 @@ def test_garbage_on_the_rendezvous_port_is_rejected_and_logged(job):
     assert p.returncode == 0, err
     assert "rejected" in err
     assert out.count("done after") == 2
+
+
+def test_every_flag_in_help_is_in_the_man_page(job):
+    """`--help` and man/elasticrun.1 describe the same flags: each one --help lists has an
+    entry in the man page (whose hyphens are escaped, \\-)."""
+    r = job.run(["--help"])
+    assert r.returncode == 0, r.stderr
+    flags = sorted(set(re.findall(r"^\s+(?:-\w, )?--([a-z][a-z-]*)", r.stdout, re.M)))
+    assert len(flags) > 20 and "host-timeout" in flags, r.stdout
+    man = (ROOT / "man" / "elasticrun.1").read_text().replace("\\-", "-")
+    assert [f for f in flags if f"--{f}" not in man] == []
