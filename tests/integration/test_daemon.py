@@ -271,11 +271,11 @@ def test_jobs_are_isolated(job, daemon):
                 p.communicate()
 
 
-def leftover_sleeper(job, daemon, seconds):
+def leftover_sleeper(job, daemon, seconds, flags=()):
     """Starts a job whose worker leaves a background child (like a data loader) in its
     process group; returns (driver, pid of the child, pid of the job process)."""
     marker = f"{seconds}"
-    p = job.start([*through(daemon), "-np", 1, "/bin/sh", "-c", f"sleep {marker} & echo ready; wait"])
+    p = job.start([*through(daemon), *flags, "-np", 1, "/bin/sh", "-c", f"sleep {marker} & echo ready; wait"])
     assert "ready" in p.stdout.readline()
     job_pid = int(daemon.wait_log(r"started as process (\d+)").group(1))
     deadline = time.monotonic() + 5
@@ -306,6 +306,27 @@ def test_daemon_cleans_up_after_a_crashed_job(job, daemon):
     driver.communicate(timeout=20)
     assert driver.returncode != 0
     assert not list(daemon.state.glob("job.*")), list(daemon.state.iterdir())
+
+
+def test_silent_job_process_is_taken_for_gone_and_cleans_up_when_it_wakes(job, daemon):
+    """The job process serving our job on a listening daemon stops (SIGSTOP): its socket
+    stays open and its kernel answers keep-alives, so only its missing heartbeats tell.
+    After --host-timeout the driver gives the host up (exit 1, fixed-size job) and closes
+    the connection; continued, the job process finds it closed and stops its workers,
+    background children included."""
+    driver, sleeper, job_pid = leftover_sleeper(job, daemon, 533.5, ["--host-timeout", 1])
+    os.kill(job_pid, signal.SIGSTOP)
+    try:
+        _, err = driver.communicate(timeout=20)
+    finally:
+        os.kill(job_pid, signal.SIGCONT)
+    assert driver.returncode == 1, err
+    assert re.search(r"lost the daemon on host 'localhost': heard nothing from it for \d\.\d s "
+                     r"\(--host-timeout\)", err), err
+    deadline = time.monotonic() + 10
+    while alive(sleeper) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not alive(sleeper), "the woken job process left its worker's child running"
 
 
 def test_restarted_daemon_kills_what_a_crash_left(job, daemon):
