@@ -3,6 +3,8 @@
 #include "common/log.h"
 #include "common/shm_dirs.h"
 
+#include <fmt/format.h>
+
 #include <boost/asio.hpp>
 #include <boost/process.hpp>
 #include <boost/process/extend.hpp>
@@ -47,7 +49,11 @@ bool DaemonLink::on_frame(const Frame& f) {
 
 void DaemonLink::dispatch(const Frame& f) {
   if (!ready_) {
-    msg::parse<msg::Ready>(f);
+    auto r = msg::parse<msg::Ready>(f);
+    if (r.protocol != msg::kControlProtocol)
+      return report_closed(fmt::format("its elasticrund speaks control protocol {}, this elasticrun {}: install the "
+                                       "same elasticrun version on every host",
+                                       r.protocol, msg::kControlProtocol));
     ready_ = true;
     return;
   }

@@ -136,6 +136,21 @@ struct Leave {
 };
 
 // ---- driver <-> daemon ----
+// The version of the driver-daemon protocol (Config, Spawn, ... Heartbeat). Ready and
+// Config carry it, so that an elasticrun and an elasticrund of different versions refuse
+// each other by name rather than as a malformed frame. 1: before it was sent (it ended
+// both messages there); 2: heartbeats both ways.
+inline constexpr std::uint32_t kControlProtocol = 2;
+
+// Reads the protocol field that ends a version-1 message: absent means 1. For another
+// version than ours, the rest is skipped: only its number is of use.
+inline std::uint32_t decode_protocol(wire::Decoder& d) {
+  if (d.remaining() == 0) return 1;
+  std::uint32_t v = d.u32();
+  if (v != kControlProtocol) d.skip_rest();
+  return v;
+}
+
 struct Config {
   static constexpr Type kType = kConfig;
   wire::Bytes secret;
@@ -143,10 +158,16 @@ struct Config {
   // Both ends send a heartbeat every heartbeat_ms; each takes the other for gone after
   // host_timeout_ms without a frame (elasticrun --host-timeout).
   std::uint32_t heartbeat_ms = 0, host_timeout_ms = 0;
+  std::uint32_t protocol = kControlProtocol;  // sent right after cwd
   void encode(wire::Encoder& e) const {
-    e.bytes(secret).str(rendezvous_addr).str(host).str(cwd).u32(heartbeat_ms).u32(host_timeout_ms);
+    e.bytes(secret).str(rendezvous_addr).str(host).str(cwd).u32(protocol).u32(heartbeat_ms).u32(host_timeout_ms);
   }
-  static Config decode(wire::Decoder& d) { return {d.bytes(), d.str(), d.str(), d.str(), d.u32(), d.u32()}; }
+  static Config decode(wire::Decoder& d) {
+    Config c{d.bytes(), d.str(), d.str(), d.str()};
+    c.protocol = decode_protocol(d);
+    if (c.protocol == kControlProtocol) c.heartbeat_ms = d.u32(), c.host_timeout_ms = d.u32();
+    return c;
+  }
 };
 struct Spawn {
   static constexpr Type kType = kSpawn;
@@ -180,8 +201,13 @@ struct Ready {
   static constexpr Type kType = kReady;
   std::uint32_t pid = 0;
   std::string hostname;
-  void encode(wire::Encoder& e) const { e.u32(pid).str(hostname); }
-  static Ready decode(wire::Decoder& d) { return {d.u32(), d.str()}; }
+  std::uint32_t protocol = kControlProtocol;
+  void encode(wire::Encoder& e) const { e.u32(pid).str(hostname).u32(protocol); }
+  static Ready decode(wire::Decoder& d) {
+    Ready r{d.u32(), d.str()};
+    r.protocol = decode_protocol(d);
+    return r;
+  }
 };
 struct Started {
   static constexpr Type kType = kStarted;

@@ -54,6 +54,8 @@ class Decoder {
   // Throws unless every byte was consumed.
   void finish() const;
   std::size_t remaining() const { return data_.size() - pos_; }
+  // Passes over the rest: fields a later version of the message added.
+  void skip_rest() { pos_ = data_.size(); }
 
  private:
   std::span<const std::uint8_t> take(std::size_t n);

@@ -129,6 +129,12 @@ void Supervisor::handle(const Frame& f) {
     case msg::kConfig: {
       if (config_) throw wire::DecodeError("second config frame");
       config_ = msg::parse<msg::Config>(f);
+      if (config_->protocol != msg::kControlProtocol) {
+        ER_LOG(daemon, error, "the driver speaks control protocol {}, this elasticrund {}: install the same "
+               "elasticrun version on every host; stopping", config_->protocol, msg::kControlProtocol);
+        stop(std::chrono::milliseconds(1000), 1);
+        return;
+      }
       if (config_->secret.size() != auth::Secret{}.size()) throw wire::DecodeError("bad secret size");
       if (config_->heartbeat_ms < msg::kMinHeartbeatMs || config_->host_timeout_ms > msg::kMaxHostTimeoutMs ||
           config_->host_timeout_ms < 2 * config_->heartbeat_ms)

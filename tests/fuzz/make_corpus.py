@@ -41,11 +41,11 @@ MESSAGES = {
     'leave': frame(18, b''),
     'rejoin': frame(19, u64(5) + u64(4)),
     'config': frame(30, string(b'\x05' * 32) + string('10.0.0.1:29500') + string('node1') + string('/tmp')
-                    + u32(2500) + u32(10000)),
+                    + u32(2) + u32(2500) + u32(10000)),
     'spawn': frame(31, u32(0) + u64(1) + i32(0) + i32(2) + strings(['python3', 'train.py']) + strings(['A=1', 'B=2'])),
     'kill': frame(32, u32(0xffffffff) + i32(15)),
     'shutdown': frame(33, u32(2000)),
-    'ready': frame(34, u32(99) + string('node1')),
+    'ready': frame(34, u32(99) + string('node1') + u32(2)),
     'started': frame(35, u32(0) + u32(100)),
     'output': frame(36, u32(0) + u8(1) + string(b'hello\n')),
     'exited': frame(37, u32(0) + u32(100) + i32(0) + i32(0)),

@@ -534,9 +534,14 @@ def test_systemd_unit_command_line_starts_the_daemon(tmp_path):
 
 # ---- the daemon's watchdog: a driver that falls silent is taken for gone ----
 
-def config_frame(heartbeat_ms=1000, timeout_ms=10000):
-    return frame(30, field(secrets.token_bytes(32)) + field(b"127.0.0.1:1") + field(b"localhost") + field(b"/")
-                 + struct.pack("<II", heartbeat_ms, timeout_ms))
+CONTROL_PROTOCOL = 2  # msg::kControlProtocol
+
+
+def config_frame(heartbeat_ms=1000, timeout_ms=10000, protocol=CONTROL_PROTOCOL):
+    payload = field(secrets.token_bytes(32)) + field(b"127.0.0.1:1") + field(b"localhost") + field(b"/")
+    if protocol > 1:  # version 1 ended the frame here
+        payload += struct.pack("<III", protocol, heartbeat_ms, timeout_ms)
+    return frame(30, payload)
 
 
 def spawn_frames(command, heartbeat_ms=1000, timeout_ms=10000):
@@ -553,6 +558,30 @@ def frame_kinds(data):
         kinds.append(kind)
         data = data[8 + n:]
     return kinds
+
+
+@pytest.mark.parametrize("protocol", [1, CONTROL_PROTOCOL + 1])
+def test_daemon_refuses_a_driver_of_another_protocol_version(job, protocol):
+    d = subprocess.Popen([str(ELASTICRUND), "--stdio"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, env=job.env())
+    _, err = d.communicate(config_frame(protocol=protocol), timeout=10)
+    assert d.returncode == 1
+    assert (f"the driver speaks control protocol {protocol}, this elasticrund {CONTROL_PROTOCOL}: install the "
+            f"same elasticrun version on every host").encode() in err, err
+
+
+def test_driver_refuses_a_daemon_of_another_protocol_version(job, tmp_path):
+    """A daemon from before the protocol number (its ready frame ends after the host
+    name) is refused by name at launch, not taken for a malformed stream."""
+    old = tmp_path / "elasticrund-v1"
+    old.write_text("#!/usr/bin/python3\nimport struct, sys\n"
+                   f"sys.stdout.buffer.write(struct.pack('<HBBI', {MAGIC}, 34, 1, 8) + struct.pack('<II', 77, 0))\n"
+                   "sys.stdout.flush()\nsys.stdin.buffer.read()\n")
+    old.chmod(0o755)
+    r = job.run(["--daemon-path", old, "-np", 1, "true"], timeout=30)
+    assert r.returncode == 3, r.stderr
+    assert ("starting daemon on 'localhost': its elasticrund speaks control protocol 1, this elasticrun "
+            f"{CONTROL_PROTOCOL}: install the same elasticrun version on every host") in r.stderr, r.stderr
 
 
 @pytest.mark.parametrize("heartbeat_ms, timeout_ms", [(0, 10000), (1000, 1500), (1000, 0xffffffff)])

@@ -131,6 +131,35 @@ TEST(Messages, SpawnRoundTrips) {
   EXPECT_EQ(back.env, s.env);
 }
 
+TEST(Messages, ConfigAndReadyCarryTheControlProtocol) {
+  msg::Config c{wire::Bytes(32, 5), "10.0.0.1:1", "h", "/", 250, 1000};
+  auto back = msg::parse<msg::Config>(msg::to_frame(c));
+  EXPECT_EQ(back.protocol, msg::kControlProtocol);
+  EXPECT_EQ(back.heartbeat_ms, 250u);
+  EXPECT_EQ(back.host_timeout_ms, 1000u);
+  EXPECT_EQ(msg::parse<msg::Ready>(msg::to_frame(msg::Ready{9, ""})).protocol, msg::kControlProtocol);
+}
+
+TEST(Messages, OtherProtocolVersionsDecodeToTheirNumber) {
+  // Version 1 ended both messages before the protocol field.
+  wire::Encoder old_config;
+  old_config.bytes(wire::Bytes(32, 5)).str("10.0.0.1:1").str("h").str("/");
+  auto c = msg::parse<msg::Config>(Frame{msg::kConfig, old_config.take()});
+  EXPECT_EQ(c.protocol, 1u);
+  EXPECT_EQ(c.host_timeout_ms, 0u);
+  wire::Encoder old_ready;
+  old_ready.u32(9).str("");
+  EXPECT_EQ(msg::parse<msg::Ready>(Frame{msg::kReady, old_ready.take()}).protocol, 1u);
+  // A later version may add fields of its own: only its number is read.
+  wire::Encoder next;
+  next.bytes(wire::Bytes(32, 5)).str("a").str("h").str("/").u32(msg::kControlProtocol + 1).str("what next").u64(1);
+  EXPECT_EQ(msg::parse<msg::Config>(Frame{msg::kConfig, next.take()}).protocol, msg::kControlProtocol + 1);
+  // Our own version with fields missing is malformed.
+  wire::Encoder cut;
+  cut.bytes(wire::Bytes(32, 5)).str("a").str("h").str("/").u32(msg::kControlProtocol).u32(250);
+  EXPECT_THROW(msg::parse<msg::Config>(Frame{msg::kConfig, cut.take()}), wire::DecodeError);
+}
+
 TEST(Auth, ProofsDependOnSecretNoncesAndRole) {
   auto s = auth::random_secret(), other = auth::random_secret();
   auto sn = auth::random_nonce(), cn = auth::random_nonce();
