@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from conftest import TESTPROG, our_processes
-from test_launch import argv0, wait_for_workers
+from test_launch import argv0, wait_for_workers, worker_and_daemon_on
 
 HOSTS3 = "localhost:2,127.0.0.2:1,127.0.0.3:1"
 
@@ -126,11 +126,8 @@ def test_killed_daemon_fails_its_host_only(job, tmp_path):
     wait_for_workers(job, 3)
     daemons = [pid for pid in our_processes(job.tag) if argv0(pid).endswith(b"elasticrund")]
     assert len(daemons) == 2
-    # Which daemon serves 127.0.0.2: its workers have ELASTICRUN_HOST=127.0.0.2.
-    child = [w for w in wait_for_workers(job, 3)
-             if b"ELASTICRUN_HOST=127.0.0.2" in Path(f"/proc/{w}/environ").read_bytes()][0]
-    ppid = int(Path(f"/proc/{child}/stat").read_text().rsplit(")", 1)[1].split()[1])
-    os.kill(ppid, signal.SIGKILL)
+    _, daemon = worker_and_daemon_on(wait_for_workers(job, 3), "127.0.0.2")
+    os.kill(daemon, signal.SIGKILL)
     out, err = p.communicate(timeout=60)
     assert p.returncode == 0, err
     # Whichever the driver notices first: the worker's lost connection or the daemon's.
@@ -147,10 +144,7 @@ def test_stopped_daemon_is_taken_for_gone_after_host_timeout(job, tmp_path):
     ev = tmp_path / "events"
     p = job.start(["-np", 3, "--min-np", 2, "-H", "localhost:2,127.0.0.2:1", "--host-timeout", 2, "--events", ev,
                    TESTPROG, "--elastic", "--allreduce-seconds", 8])
-    workers = wait_for_workers(job, 3)
-    child = [w for w in workers if b"ELASTICRUN_HOST=127.0.0.2" in Path(f"/proc/{w}/environ").read_bytes()][0]
-    daemon = int(Path(f"/proc/{child}/stat").read_text().rsplit(")", 1)[1].split()[1])
-    assert argv0(daemon).endswith(b"elasticrund")
+    child, daemon = worker_and_daemon_on(wait_for_workers(job, 3), "127.0.0.2")
     wait_for_event(job, ev, "epoch_joined")
     os.kill(daemon, signal.SIGSTOP)
     stopped = time.monotonic()

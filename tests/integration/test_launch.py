@@ -181,6 +181,14 @@ def wait_for_workers(job, n, timeout=20):
     raise AssertionError(f"{n} workers did not start")
 
 
+def worker_and_daemon_on(workers, host):
+    """(pid of the worker among `workers` that runs on `host`, pid of its daemon)."""
+    worker = next(w for w in workers if f"ELASTICRUN_HOST={host}".encode() in Path(f"/proc/{w}/environ").read_bytes())
+    daemon = int(Path(f"/proc/{worker}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    assert argv0(daemon).endswith(b"elasticrund"), argv0(daemon)
+    return worker, daemon
+
+
 @pytest.mark.parametrize("sig,code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
 def test_signal_to_driver_stops_everything(job, sig, code):
     p = job.start(["-np", 4, "-H", "localhost:2,127.0.0.2:2", TESTPROG, "--init", "--sleep", 120])
@@ -208,10 +216,7 @@ def test_silent_daemon_ends_a_fixed_size_job_after_host_timeout(job):
     left behind: the stopped daemon is killed, and its worker dies with it."""
     p = job.start(["-np", 2, "-H", "localhost:1,127.0.0.2:1", "--host-timeout", 1, TESTPROG, "--init",
                    "--sleep", 60])
-    workers = wait_for_workers(job, 2)
-    child = [w for w in workers if b"ELASTICRUN_HOST=127.0.0.2" in Path(f"/proc/{w}/environ").read_bytes()][0]
-    daemon = int(Path(f"/proc/{child}/stat").read_text().rsplit(")", 1)[1].split()[1])
-    assert argv0(daemon).endswith(b"elasticrund")
+    _, daemon = worker_and_daemon_on(wait_for_workers(job, 2), "127.0.0.2")
     os.kill(daemon, signal.SIGSTOP)
     t0 = time.monotonic()
     try:
