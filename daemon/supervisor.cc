@@ -137,7 +137,7 @@ void Supervisor::handle(const Frame& f) {
       }
       if (config_->secret.size() != auth::Secret{}.size()) throw wire::DecodeError("bad secret size");
       if (config_->heartbeat_ms < msg::kMinHeartbeatMs || config_->host_timeout_ms > msg::kMaxHostTimeoutMs ||
-          config_->host_timeout_ms < 2 * config_->heartbeat_ms)
+          config_->host_timeout_ms < 2ull * config_->heartbeat_ms)
         throw wire::DecodeError(fmt::format("bad heartbeat settings: timeout {} ms, interval {} ms",
                                             config_->host_timeout_ms, config_->heartbeat_ms));
       driver_timeout_ = std::chrono::milliseconds(config_->host_timeout_ms);

@@ -584,7 +584,8 @@ def test_driver_refuses_a_daemon_of_another_protocol_version(job, tmp_path):
             f"{CONTROL_PROTOCOL}: install the same elasticrun version on every host") in r.stderr, r.stderr
 
 
-@pytest.mark.parametrize("heartbeat_ms, timeout_ms", [(0, 10000), (1000, 1500), (1000, 0xffffffff)])
+@pytest.mark.parametrize("heartbeat_ms, timeout_ms", [(0, 10000), (1000, 1500), (1000, 0xffffffff),
+                                                       (0x80000000, 10000)])
 def test_daemon_rejects_bad_heartbeat_settings(job, heartbeat_ms, timeout_ms):
     d = subprocess.Popen([str(ELASTICRUND), "--stdio"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, env=job.env())
