@@ -30,7 +30,7 @@ po::options_description describe() {
       ("slots-per-host", po::value<int>()->default_value(1), "slots of a host listed without a count")
       ("output-filename", po::value<std::string>(), "also write each rank's output to DIR/rank.N/{stdout,stderr}")
       ("start-timeout", po::value<double>()->default_value(60), "seconds for every worker to start and join")
-      ("host-timeout", po::value<double>()->default_value(10), "seconds of silence (no heartbeat) after which a host is taken for gone, 1..86400")
+      ("host-timeout", po::value<double>()->default_value(net::kDefaultHostTimeout.count() / 1000.0), "seconds of silence (no heartbeat) after which a host is taken for gone, 1..86400")
       ("daemon-path", po::value<std::string>(), "path of elasticrund (default: beside elasticrun, then PATH)")
       ("env,x", po::value<std::vector<std::string>>(), "pass VAR (from this environment) or VAR=VALUE to the workers; repeatable")
       ("log-level", po::value<std::string>(), "error|warn|info|debug, or per component: warn,rendezvous=debug")

@@ -4,6 +4,7 @@
 
 #include "cmd/ssh_daemon.h"
 #include "common/result.h"
+#include "common/socket_options.h"
 #include "discovery/hosts.h"
 
 #include <chrono>
@@ -24,7 +25,7 @@ struct Options {
   std::chrono::milliseconds start_timeout{60000};
   // A host whose daemon sends nothing for this long is taken for gone (its workers
   // fail), and its daemon stops its workers when the driver is that silent.
-  std::chrono::milliseconds host_timeout{10000};
+  std::chrono::milliseconds host_timeout = net::kDefaultHostTimeout;
   std::vector<std::string> command;
 
   // Elastic mode: on with --host-discovery-script or --min-np.

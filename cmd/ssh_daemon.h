@@ -8,6 +8,7 @@
 #pragma once
 
 #include "cmd/daemon_link.h"
+#include "common/socket_options.h"
 
 #include <chrono>
 #include <string>
@@ -24,7 +25,7 @@ struct SshOptions {
   HostKeyCheck host_key_check = HostKeyCheck::yes;
   std::chrono::milliseconds connect_timeout{10000};
   // The job's host timeout, for the connection's TCP keep-alive (net::keep_alive).
-  std::chrono::milliseconds keep_alive{10000};
+  std::chrono::milliseconds keep_alive = net::kDefaultHostTimeout;
 };
 
 // `host` may be "user@name"; the daemon runs as `daemon_path --stdio`.

@@ -14,7 +14,8 @@ Session::Session(Server& server, asio::ip::tcp::socket socket)
   auto ep = socket_.remote_endpoint(ec);
   peer_ = ec ? "?" : ep.address().to_string() + ":" + std::to_string(ep.port());
   socket_.set_option(asio::ip::tcp::no_delay(true), ec);
-  // A worker behind a cut link is noticed (its place fails) within the job's host timeout.
+  // A worker behind a cut link is noticed (its place fails) within 1.5 x the job's host
+  // timeout, the backstop behind its daemon's heartbeats.
   net::keep_alive(socket_.native_handle(), server_.limits_.keep_alive);
 }
 
