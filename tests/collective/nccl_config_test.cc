@@ -1,5 +1,6 @@
 // Device selection, ELASTICRUN_DEVICE(_HINT) parsing and the NCCL unique-id exchange over the
 // in-memory store with N threads. None of it needs NCCL or a GPU, so it runs in every build.
+#include "../require.h"
 #include "abort_signal.h"
 #include "device_factory.h"
 #include "device_config.h"
@@ -19,6 +20,14 @@
 
 namespace ec = elasticrun::collective;
 using namespace std::chrono_literals;
+
+// Without the NCCL backend the device tests (collective_nccl_device) are not even built:
+// this one says so, and fails where GPU tests are required (ELASTICRUN_TEST_REQUIRE=gpu).
+TEST(DeviceBackend, IsBuiltIn) {
+#ifndef ELASTICRUN_TEST_HAVE_NCCL
+  ER_SKIP_UNLESS_REQUIRED("gpu", "built without the NCCL backend: the device tests are not built");
+#endif
+}
 
 TEST(DeviceConfig, ParseDevice) {
   EXPECT_FALSE(ec::parse_device(nullptr));

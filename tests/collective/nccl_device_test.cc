@@ -1,6 +1,8 @@
 // The NCCL backend on real GPUs: N ranks as threads, one GPU each (NCCL >= 2.5 rejects
 // two ranks of one communicator on the same GPU: "Duplicate GPU detected"), the unique id
-// exchanged over the in-memory store. Skips without a CUDA device.
+// exchanged over the in-memory store. Skips without a CUDA device (fails instead with
+// ELASTICRUN_TEST_REQUIRE=gpu: ../require.h).
+#include "../require.h"
 #include "abort_signal.h"
 #include "device_factory.h"
 #include "memory_store.h"
@@ -29,11 +31,14 @@ int gpus_or_skip_reason(std::string* why) {
   return e == cudaSuccess ? n : 0;
 }
 
-#define REQUIRE_GPUS(k)                                                                \
-  std::string why;                                                                     \
-  int gpus = gpus_or_skip_reason(&why);                                                \
-  if (gpus == 0) GTEST_SKIP() << why;                                                  \
-  if (gpus < (k)) GTEST_SKIP() << "needs " << (k) << " GPUs, found " << gpus;
+// Skips without enough GPUs; fails instead under ELASTICRUN_TEST_REQUIRE=gpu (none at
+// all) or multigpu (fewer than k), see tests/require.h.
+#define REQUIRE_GPUS(k)                                                                          \
+  std::string why;                                                                               \
+  int gpus = gpus_or_skip_reason(&why);                                                          \
+  if (gpus == 0) ER_SKIP_UNLESS_REQUIRED("gpu", why);                                            \
+  if (gpus < (k))                                                                                \
+    ER_SKIP_UNLESS_REQUIRED("multigpu", "needs " + std::to_string(k) + " GPUs, found " + std::to_string(gpus));
 
 // Runs fn(rank, comm) on `n` threads, each rank with its own communicator on GPU `rank`.
 template <class Fn>

@@ -1,4 +1,14 @@
-"""Shared fixtures: paths to the real binaries, and a check that no test leaves a process behind."""
+"""Shared fixtures: paths to the real binaries, and a check that no test leaves a process behind.
+
+Skips that CI can forbid. A test that cannot run here for want of something skips with the
+reason: network namespaces ("netns": the test cluster of scripts/testcluster needs root,
+iproute2 and sshd), a GPU ("gpu": the device tests need the NCCL backend built). With
+ELASTICRUN_TEST_REQUIRE naming it (comma-separated: ELASTICRUN_TEST_REQUIRE=netns,gpu) such
+a skip fails the test instead, with the same reason, so a machine that should run those
+tests cannot pass without running them. A name this list does not know is a usage error.
+The GoogleTest suites read the same variable (tests/require.h). Use skip_unless_required()
+in a test or fixture, or the requires() marker.
+"""
 import os
 import signal
 import subprocess
@@ -14,6 +24,44 @@ ELASTICRUN = BUILD / "cmd" / "elasticrun"
 ELASTICRUND = BUILD / "daemon" / "elasticrund"
 TESTPROG = BUILD / "tests" / "testprog"
 EXAMPLES = BUILD / "examples"
+
+REQUIRE_VAR = "ELASTICRUN_TEST_REQUIRE"
+REQUIREMENTS = ("netns", "gpu", "multigpu")  # as in tests/require.h; multigpu: only the GoogleTest suites use it
+
+
+def required_now():
+    return {w.strip() for w in os.environ.get(REQUIRE_VAR, "").split(",") if w.strip()}
+
+
+def skip_unless_required(what, reason):
+    """Skips the test with `reason`, or fails it with that reason when ELASTICRUN_TEST_REQUIRE
+    names `what`."""
+    assert what in REQUIREMENTS, what
+    if what in required_now():
+        pytest.fail(f"{reason} ({REQUIRE_VAR}={os.environ[REQUIRE_VAR]} requires {what}, so this does not skip)",
+                    pytrace=False)
+    pytest.skip(reason)
+
+
+def requires(what, missing, reason):
+    """A marker: when `missing` is true the test skips with `reason`, or fails (see
+    skip_unless_required)."""
+    assert what in REQUIREMENTS, what
+    return pytest.mark.er_requires(what, missing=bool(missing), reason=reason)
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "er_requires(what, missing, reason): skip, or fail when required")
+    unknown = sorted(required_now() - set(REQUIREMENTS))
+    if unknown:
+        raise pytest.UsageError(f"{REQUIRE_VAR}: unknown requirement(s) {', '.join(unknown)}; "
+                                f"known: {', '.join(REQUIREMENTS)}")
+
+
+def pytest_runtest_setup(item):
+    for m in item.iter_markers("er_requires"):
+        if m.kwargs["missing"]:
+            skip_unless_required(m.args[0], m.kwargs["reason"])
 
 
 def our_processes(marker):
@@ -68,14 +116,15 @@ class Job:
 
 def namespace_cluster(hosts, slots):
     """Generator for a module fixture: `scripts/testcluster up` (skipping the module where
-    namespaces cannot be made), yields (cluster directory, the env file's variables), then
+    namespaces cannot be made, failing it when ELASTICRUN_TEST_REQUIRE has netns), yields (cluster directory, the env file's variables), then
     `down`."""
     import re
     script = ROOT / "scripts" / "testcluster"
     r = subprocess.run([str(script), "up", str(hosts), "--slots", str(slots)], capture_output=True, text=True,
                        timeout=120)
     if r.returncode == 77:
-        pytest.skip("network namespaces unavailable: " + r.stderr.strip().splitlines()[-1])
+        skip_unless_required("netns", "network namespaces unavailable: " +
+                             (r.stderr.strip().splitlines() or ["testcluster: exit 77"])[-1])
     assert r.returncode == 0, r.stderr
     directory = Path(re.search(r"CLUSTER_DIR=(\S+)", r.stdout).group(1))
     env = {}

@@ -8,10 +8,10 @@ import subprocess
 
 import pytest
 
-from conftest import EXAMPLES, ROOT
+from conftest import EXAMPLES, ROOT, requires
 
 DEV = EXAMPLES / "device_allreduce_check"
-needs_dev = pytest.mark.skipif(not DEV.exists(), reason="built without the NCCL backend")
+needs_dev = requires("gpu", not DEV.exists(), "built without the NCCL backend")  # fails with ELASTICRUN_TEST_REQUIRE=gpu
 GPU_CHECK = ROOT / "scripts" / "gpu-check"
 HOSTS3 = "localhost:1,127.0.0.2:1,127.0.0.3:1"
 

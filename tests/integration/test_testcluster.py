@@ -1,5 +1,6 @@
 """The network-namespace test cluster (scripts/testcluster): hosts, their sshds, reachability,
-link cuts, and a clean `down`. Skips with the script's reason where namespaces cannot be made.
+link cuts, and a clean `down`. Skips with the script's reason where namespaces cannot be made
+(fails instead with ELASTICRUN_TEST_REQUIRE=netns, see conftest.py).
 
 The `cluster` fixture and the `Cluster` helper are meant to move to conftest.py once the SSH
 launch tests use them."""
@@ -14,6 +15,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+
+from conftest import skip_unless_required
 
 ROOT = Path(__file__).resolve().parents[2]
 TESTCLUSTER = ROOT / "scripts" / "testcluster"
@@ -52,7 +55,7 @@ class Cluster:
 def cluster():
     r = tc("up", N, "--slots", SLOTS, timeout=120)
     if r.returncode == 77:
-        pytest.skip(r.stderr.strip().splitlines()[-1] if r.stderr.strip() else "testcluster: exit 77")
+        skip_unless_required("netns", r.stderr.strip().splitlines()[-1] if r.stderr.strip() else "testcluster: exit 77")
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
     assert len(lines) == 1 and lines[0].startswith("CLUSTER_DIR="), r.stdout
