@@ -142,13 +142,25 @@ struct Leave {
 // both messages there); 2: heartbeats both ways.
 inline constexpr std::uint32_t kControlProtocol = 2;
 
-// Reads the protocol field that ends a version-1 message: absent means 1. For another
-// version than ours, the rest is skipped: only its number is of use.
+// The protocol field has one encoding per version, so that one frame reads one way only
+// (both messages are authenticated, and a receiver must not see what the sender did not
+// send). Version 1 ended the message before the field: absent means 1, and an explicit
+// 0 or 1 is malformed. For a later version than ours, the rest is that version's and is
+// skipped: only its number is of use, and re-encoding such a message gives back the
+// bytes up to and including the number (encode_protocol writes no field of ours after
+// it).
 inline std::uint32_t decode_protocol(wire::Decoder& d) {
   if (d.remaining() == 0) return 1;
   std::uint32_t v = d.u32();
-  if (v != kControlProtocol) d.skip_rest();
+  if (v < 2)
+    throw wire::DecodeError("control protocol field " + std::to_string(v) + ": version 1 ends the message before it");
+  if (v > kControlProtocol) d.skip_rest();
   return v;
+}
+// Writes the field as decode_protocol reads it; true when the fields of our version follow.
+inline bool encode_protocol(wire::Encoder& e, std::uint32_t v) {
+  if (v >= 2) e.u32(v);
+  return v == kControlProtocol;
 }
 
 struct Config {
@@ -160,7 +172,8 @@ struct Config {
   std::uint32_t heartbeat_ms = 0, host_timeout_ms = 0;
   std::uint32_t protocol = kControlProtocol;  // sent right after cwd
   void encode(wire::Encoder& e) const {
-    e.bytes(secret).str(rendezvous_addr).str(host).str(cwd).u32(protocol).u32(heartbeat_ms).u32(host_timeout_ms);
+    e.bytes(secret).str(rendezvous_addr).str(host).str(cwd);
+    if (encode_protocol(e, protocol)) e.u32(heartbeat_ms).u32(host_timeout_ms);
   }
   static Config decode(wire::Decoder& d) {
     Config c{d.bytes(), d.str(), d.str(), d.str()};
@@ -202,7 +215,10 @@ struct Ready {
   std::uint32_t pid = 0;
   std::string hostname;
   std::uint32_t protocol = kControlProtocol;
-  void encode(wire::Encoder& e) const { e.u32(pid).str(hostname).u32(protocol); }
+  void encode(wire::Encoder& e) const {
+    e.u32(pid).str(hostname);
+    encode_protocol(e, protocol);
+  }
   static Ready decode(wire::Decoder& d) {
     Ready r{d.u32(), d.str()};
     r.protocol = decode_protocol(d);
