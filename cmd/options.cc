@@ -1,5 +1,6 @@
 #include "cmd/options.h"
 
+#include "common/cli.h"
 #include "common/env.h"
 #include "common/messages.h"
 
@@ -207,24 +208,9 @@ Result<ParseOutcome> parse_options(int argc, const char* const* argv) {
     if (a == "-np" || a.rfind("-np=", 0) == 0) a = "-" + a;
     head.push_back(a);
   }
-  po::variables_map vm;
-  try {
-    po::store(po::command_line_parser(head)
-                  .options(desc)
-                  .style(po::command_line_style::unix_style ^ po::command_line_style::allow_guessing)
-                  .run(),
-              vm);
-    po::notify(vm);
-  } catch (const po::error_with_option_name& e) {
-    // Boost 1.74's what() substitutes "%value%" (and friends) in a loop that never ends
-    // when the user's text itself contains the placeholder: "--np %value%" hangs. Only
-    // text with a '%' can do that; give those a message without the value.
-    bool percent = std::any_of(head.begin(), head.end(), [](const std::string& s) { return s.find('%') != std::string::npos; });
-    if (percent) return fail(fmt::format("invalid option or value for '{}'", e.get_option_name()));
-    return fail(e.what());
-  } catch (const po::error& e) {
-    return fail(e.what());
-  }
+  auto parsed = cli::parse(head, desc);
+  if (!parsed) return Failure{parsed.error()};
+  po::variables_map& vm = *parsed;
   ParseOutcome out;
   if (vm.count("help")) {
     out.print = usage();

@@ -6,6 +6,7 @@
 //                            long-running (systemd): serves jobs from drivers that
 //                            prove the cluster secret, one job process each.
 #include "common/auth.h"
+#include "common/cli.h"
 #include "common/log.h"
 #include "common/shm_dirs.h"
 #include "daemon/job_records.h"
@@ -24,6 +25,8 @@
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
+#include <string>
+#include <vector>
 
 namespace po = boost::program_options;
 
@@ -187,17 +190,9 @@ int main(int argc, char** argv) {
       ("state-dir", po::value<std::string>(), "where jobs record their workers (default /run/elasticrund for root)")
       ("job-pad-fd", po::value<int>(), "internal: a job handed over by --listen")
       ("log-level", po::value<std::string>(), "error|warn|info|debug, or per component: info,daemon=debug");
-  po::variables_map vm;
-  try {
-    po::store(po::command_line_parser(argc, argv)
-                  .options(desc)
-                  .style(po::command_line_style::unix_style ^ po::command_line_style::allow_guessing)
-                  .run(),
-              vm);
-    po::notify(vm);
-  } catch (const po::error& e) {
-    return usage_error(e.what());
-  }
+  auto parsed = elasticrun::cli::parse(std::vector<std::string>(argv + 1, argv + argc), desc);
+  if (!parsed) return usage_error(parsed.error());
+  po::variables_map& vm = *parsed;
   if (vm.count("help")) {
     std::cout << kUsage << desc;
     return 0;

@@ -356,6 +356,9 @@ def test_restarted_daemon_kills_what_a_crash_left(job, daemon):
     (["--listen", "127.0.0.1:0", "--secret-file", "/nonexistent/secret"], "cannot read secret file"),
     (["--listen", "127.0.0.1:0", "--stdio"], "exclude each other"),
     ([], "choose a mode"),
+    # Boost 1.74's message formatting looped for ever on a value holding its placeholder.
+    (["--stdio", "--job-pad-fd", "%value%"], "invalid option or value for '--job-pad-fd'"),
+    (["--stdio", "--job-pad-fd", "x"], "the argument ('x') for option '--job-pad-fd' is invalid"),
 ])
 def test_daemon_bad_input(tmp_path, args, message):
     secret = tmp_path / "s"
