@@ -35,7 +35,10 @@
 // stop (SIGSTOP: a silent peer, found by ELASTICRUN_COLLECTIVE_TIMEOUT). The survivors must
 // finish with total == steps, as a run without failures would. Two more running totals
 // live in device memory, tracked by the State with a host and with a device snapshot, so
-// restore and sync of device items are checked too: both must equal steps as well.
+// restore and sync of device items are checked too: both must equal steps as well. They
+// count the steps begun (each step adds 1 before its first allreduce, the host total
+// adds the allreduced value after the last), so a failure in a step leaves them one
+// ahead until State::restore() rolls them back: without the rollback they end at steps+1.
 // --memory host runs the same on host buffers (the host transport; both extra totals
 // then host memory with host snapshots), without a GPU: the integration tests do.
 //
@@ -392,6 +395,8 @@ int elastic(elasticrun::Context& ctx, const Options& o) {
       if (dev) check_cuda(cudaMemcpy(one, &v, sizeof v, cudaMemcpyHostToDevice), "cudaMemcpy to device");
       else host_value = v;
       if (failing && o.fail_where == "device") fail_now(o, t.rank, step);
+      host_snap.add(1);  // steps begun, before the collectives: a failed step must be rolled back
+      dev_snap.add(1);
       coll.allreduce(one, one, 1, DataType::f32, ReduceOp::avg);
       if (failing) fail_now(o, t.rank, step);
       int alive = 1;
@@ -399,8 +404,6 @@ int elastic(elasticrun::Context& ctx, const Options& o) {
       if (dev) down(&v, one, sizeof v);
       else v = host_value;
       total += v;
-      host_snap.add(v);
-      dev_snap.add(v);
       ++step;  // before the commit: a restored state must not repeat this step
       if (step % 10 == 0) st.commit();
     }

@@ -4,7 +4,7 @@
 //   elasticrun -np 3 build/examples/elastic_sgd --steps 200
 //   build/examples/elastic_sgd --steps 200 --reference     # one process, no launcher
 //
-// Both print the same last line: `final step=N commits=C commit_sum=X hash=H`.
+// Both print the same last line: `final step=N begun=B commits=C commit_sum=X hash=H`.
 //
 // The problem is linear regression on synthetic data, all in fixed-point integers:
 // the model w is int64 with 16 fractional bits, features have 7. Sample i of step s
@@ -13,9 +13,13 @@
 // per-sample integer gradients are summed with allreduce(sum). Integer addition is
 // associative, so any partition gives the same sum, and the same w.
 //
-// Tracked state: w, the step counter, and a commit log (how many commits, and the sum
-// of the committed step numbers). The log is rolled back with everything else, so the
-// final log proves each commit point of the surviving lineage was committed once.
+// Tracked state: w, the step counter, a count of the steps begun, and a commit log (how
+// many commits, and the sum of the committed step numbers). The log is rolled back with
+// everything else, so the final log proves each commit point of the surviving lineage
+// was committed once. `begun` is incremented before a step's allreduce, so a failure
+// there leaves it one ahead of `step` until State::restore() rolls it back: a run whose
+// rollback were missing or partial ends with begun > step (the reference has begun ==
+// step), even where the failure hit while w and step were still at the last commit.
 #include <elasticrun/elastic.hpp>
 #include <elasticrun/elasticrun.hpp>
 
@@ -64,7 +68,8 @@ struct CommitLog {
 
 struct Model {
   std::vector<std::int64_t> w;
-  std::int64_t step = 0;
+  std::int64_t step = 0;   // steps completed
+  std::int64_t begun = 0;  // steps begun: one ahead of step inside a step's allreduce
   CommitLog log;
 };
 
@@ -170,8 +175,8 @@ std::string final_line(const Model& m) {
   for (std::int64_t v : m.w)
     for (int b = 0; b < 8; ++b) h = (h ^ ((static_cast<std::uint64_t>(v) >> (8 * b)) & 0xFF)) * 0x100000001b3ULL;
   char buf[160];
-  std::snprintf(buf, sizeof buf, "final step=%lld commits=%lld commit_sum=%lld hash=%016llx",
-                static_cast<long long>(m.step), static_cast<long long>(m.log.commits),
+  std::snprintf(buf, sizeof buf, "final step=%lld begun=%lld commits=%lld commit_sum=%lld hash=%016llx",
+                static_cast<long long>(m.step), static_cast<long long>(m.begun), static_cast<long long>(m.log.commits),
                 static_cast<long long>(m.log.commit_sum), static_cast<unsigned long long>(h));
   return buf;
 }
@@ -181,6 +186,7 @@ void run_reference(const Options& o, Model& m) {
   std::vector<std::int64_t> wstar(o.dim), x(o.dim), grad(o.dim);
   for (int j = 0; j < o.dim; ++j) wstar[j] = true_weight(o, j);
   while (m.step < o.steps) {
+    ++m.begun;
     local_gradient(o, m, 0, 1, wstar, x, grad);
     apply_gradient(o, m, grad);
     ++m.step;
@@ -227,6 +233,7 @@ void train(const Options& o, Model& m, elasticrun::State& st) {
     const elasticrun::Topology& t = ctx.topology();  // re-read: rejoin() replaces it
     maybe_fail(o, m, t);
     if (o.step_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(o.step_ms));
+    ++m.begun;  // tracked state changes before the collective: a failure in it must be rolled back
     local_gradient(o, m, t.rank, t.size, wstar, x, grad);
     ctx.comm().allreduce(grad.data(), grad.data(), grad.size(), DataType::i64, ReduceOp::sum);
     apply_gradient(o, m, grad);
@@ -249,6 +256,7 @@ int run_elastic(const Options& o, Model& m) {
     elasticrun::State st;
     st.track("w", std::span(m.w));
     st.track_value("step", m.step);
+    st.track_value("begun", m.begun);
     st.track_value("commit_log", m.log);
     st.on_reset([&st] {
       const auto& t = st.context().topology();

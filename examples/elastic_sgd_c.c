@@ -3,7 +3,7 @@
  *   elasticrun -np 3 build/examples/elastic_sgd_c --steps 200
  *
  * Takes --steps, --dim, --batch, --commit-every and --seed with elastic_sgd's
- * defaults, and prints the same `final step=N commits=C commit_sum=X hash=H` line as
+ * defaults, and prints the same `final step=N begun=B commits=C commit_sum=X hash=H` line as
  * `elastic_sgd --reference` with those flags: a check of the C bindings against the
  * C++ program. See elastic_sgd.cc for the fixed-point scheme.
  */
@@ -31,6 +31,7 @@ typedef struct {
   options o;
   int64_t *w, *wstar, *x, *grad;
   int64_t step;
+  int64_t begun; /* steps begun: incremented before the allreduce, rolled back by restore */
   commit_log log;
 } trainer;
 
@@ -77,6 +78,7 @@ static int train(er_state* st, void* arg) {
   trainer* t = arg;
   int shift = bit_width((unsigned)t->o.batch) + 2;
   while (t->step < t->o.steps) {
+    ++t->begun;
     local_gradient(t, er_rank(), er_size());
     int rc = er_allreduce(t->grad, t->grad, (size_t)t->o.dim, ER_I64, ER_SUM);
     if (rc != ER_OK) return rc;
@@ -114,8 +116,8 @@ static void print_final(const trainer* t) {
   uint64_t h = 0xcbf29ce484222325ULL;
   for (int j = 0; j < t->o.dim; ++j)
     for (int b = 0; b < 8; ++b) h = (h ^ (((uint64_t)t->w[j] >> (8 * b)) & 0xFF)) * 0x100000001b3ULL;
-  printf("final step=%lld commits=%lld commit_sum=%lld hash=%016llx\n", (long long)t->step,
-         (long long)t->log.commits, (long long)t->log.commit_sum, (unsigned long long)h);
+  printf("final step=%lld begun=%lld commits=%lld commit_sum=%lld hash=%016llx\n", (long long)t->step,
+         (long long)t->begun, (long long)t->log.commits, (long long)t->log.commit_sum, (unsigned long long)h);
   fflush(stdout);
 }
 
@@ -124,6 +126,7 @@ static int run(trainer* t) {
   if (!st) return ER_ERROR;
   int rc = er_state_track(st, "w", t->w, (size_t)t->o.dim, ER_I64);
   if (rc == ER_OK) rc = er_state_track(st, "step", &t->step, 1, ER_I64);
+  if (rc == ER_OK) rc = er_state_track(st, "begun", &t->begun, 1, ER_I64);
   if (rc == ER_OK) rc = er_state_track(st, "commit_log", &t->log, sizeof t->log, ER_U8);
   if (rc == ER_OK) rc = er_state_on_reset(st, on_reset, NULL);
   if (rc == ER_OK) rc = er_run(st, train, t);

@@ -23,20 +23,23 @@ def finals(out):
 @needs_dev
 @pytest.mark.parametrize("where,how", [("device", "kill"), ("host", "exit"), ("device", "stop")])
 def test_elastic_survivors_finish_with_the_right_total(job, where, how):
-    # Rank 2 of the first epoch fails at step 30 (SIGKILL, exit 1 or SIGSTOP); its host is
-    # blacklisted and the two survivors restore their last commit and finish: each step
-    # is counted once, so total == steps.
+    # Rank 2 of the first epoch fails at step 35 (SIGKILL, exit 1 or SIGSTOP), between the
+    # commits of steps 30 and 40; its host is blacklisted and the two survivors restore
+    # their last commit and finish: each step is counted once, so total == steps. The
+    # survivors had counted step 36 as begun in tracked state before the failure hit its
+    # allreduce, so without the rollback their state totals would end at 101.
     args = ["-np", 3, "--min-np", 2, "-H", HOSTS3, "--elastic-timeout", 30]
     env = None
     if how == "stop":  # found by the peers' collective timeout, then the join deadline
         args += ["--rendezvous-timeout", 5]
         env = {"ELASTICRUN_COLLECTIVE_TIMEOUT": "2"}
-    r = job.run([*args, DEV, "--elastic", "--memory", "host", "--steps", 100, "--fail-at-step", 30,
+    r = job.run([*args, DEV, "--elastic", "--memory", "host", "--steps", 100, "--fail-at-step", 35,
                  "--fail-where", where, "--fail-how", how], timeout=120, env=env)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    assert f"rank 2: failing at step 30 ({how}, before the {where} allreduce)" in r.stdout, r.stdout
+    assert f"rank 2: failing at step 35 ({how}, before the {where} allreduce)" in r.stdout, r.stdout
     got = finals(r.stdout)
-    assert len(got) == 2 and all(l.startswith("steps=100 total=100 ") and l.endswith(" OK") for l in got), got
+    assert len(got) == 2 and all(l.startswith("steps=100 total=100 state totals=100,100 ") and l.endswith(" OK")
+                                 for l in got), got
     assert "blacklisting host '127.0.0.3'" in r.stderr, r.stderr
 
 
