@@ -34,8 +34,8 @@ import pytest
 
 from conftest import EXAMPLES, namespace_cluster
 from test_elastic import epochs
-from test_sgd import finals, host_of, reference, sgd_workers
-from test_ssh import CLUSTER, UCX_ACROSS_HOSTS
+from test_sgd import check_commits, finals, host_of, reference, sgd_workers
+from test_ssh import CLUSTER, UCX_ACROSS_HOSTS, assert_hosts_hold_only_sshd, netns_pids, not_sshd
 
 SGD = EXAMPLES / "elastic_sgd"
 N = 3
@@ -55,51 +55,6 @@ def tc(*args, timeout=60):
 @pytest.fixture(scope="module")
 def cluster():
     yield from namespace_cluster(N, 1)
-
-
-def netns_pids(k):
-    r = subprocess.run(["ip", "netns", "pids", f"er-h{k}"], capture_output=True, text=True, timeout=10)
-    return {int(p) for p in r.stdout.split()}
-
-
-def sshd_pid(directory, k):
-    try:
-        return int((directory / f"h{k}" / "sshd.pid").read_text())
-    except (OSError, ValueError):
-        return None
-
-
-def not_sshd(pids):
-    """The processes among `pids` that are not sshd's (daemons, workers)."""
-    out = set()
-    for p in pids:
-        try:
-            if not Path(f"/proc/{p}/cmdline").read_bytes().startswith(b"sshd"):
-                out.add(p)
-        except OSError:
-            pass
-    return out
-
-
-def assert_hosts_hold_only_sshd(directory, timeout=10):
-    """Every host's namespace is back to its sshd listener alone: no daemon, worker or ssh
-    session outlived the job (waits up to `timeout`, then kills them and fails)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        left = {k: netns_pids(k) - {sshd_pid(directory, k)} for k in range(1, N + 1)}
-        left = {k: pids for k, pids in left.items() if pids}
-        if not left or time.monotonic() > deadline:
-            break
-        time.sleep(0.1)
-    described = {}
-    for k, pids in left.items():
-        for p in pids:
-            try:
-                described[p] = (k, Path(f"/proc/{p}/cmdline").read_bytes().replace(b"\0", b" ").decode()[:120])
-                os.kill(p, signal.SIGKILL)
-            except OSError:
-                pass
-    assert not left, f"processes left on the hosts (host, command line): {described}"
 
 
 class Watched:
@@ -178,10 +133,13 @@ def first_commit_in_epoch(w, epoch, after):
 
 
 def check_invariant(code, out, err, survivors):
+    """Every survivor ended with the reference model, and rank 0's commits never went back
+    and reached the last step in epoch 2 (after the fault) or later."""
     assert code == 0, err[-4000:]
     got = finals(out)
     assert len(got) == survivors, out[-3000:]
     assert all(g == reference(ARGS) for g in got), got
+    check_commits(out, ARGS[ARGS.index("--steps") + 1], min_epoch=2)
 
 
 def blacklisted(events):
@@ -230,7 +188,7 @@ def test_cut_link_host_is_dropped_and_the_job_goes_on(job, cluster, tmp_path):
     assert HOST_TIMEOUT_S - 1 < detected, f"host dropped {detected:.1f} s after the cut, before --host-timeout"
     assert resumed < CUT_RECOVERY_S, f"training resumed {resumed:.1f} s after the cut"
     assert cleared < 15, f"the cut host's daemon and worker outlived the cut by {cleared:.1f} s"
-    assert_hosts_hold_only_sshd(directory, timeout=15)
+    assert_hosts_hold_only_sshd(directory, N, timeout=15)
 
 
 def test_host_with_sshd_down_is_blacklisted_at_launch(job, cluster, tmp_path):
@@ -256,7 +214,7 @@ def test_host_with_sshd_down_is_blacklisted_at_launch(job, cluster, tmp_path):
     sizes = [e["size"] for e in epochs(events)]
     assert sizes == [3, 2], sizes
     assert first < 10.0
-    assert_hosts_hold_only_sshd(directory)
+    assert_hosts_hold_only_sshd(directory, N)
 
 
 def test_remote_daemon_killed_its_host_is_dropped(job, cluster, tmp_path):
@@ -270,6 +228,9 @@ def test_remote_daemon_killed_its_host_is_dropped(job, cluster, tmp_path):
         assert Path(f"/proc/{daemon}/cmdline").read_bytes().split(b"\0")[0].endswith(b"elasticrund")
         assert daemon in netns_pids(2)
         w.wait_line(r"^\[0\]<stdout>: committed step 40 size 3 epoch 1$")
+        # Its worker's shared-memory directory, which the next daemon on the host must remove.
+        assert [e for e in os.listdir("/dev/shm") if e.startswith(f"elasticrun.{daemon}.")], \
+            sorted(os.listdir("/dev/shm"))[:20]
         os.kill(daemon, signal.SIGKILL)
         killed = time.monotonic()
         resumed = first_commit_in_epoch(w, 2, after=killed) - killed
@@ -281,7 +242,7 @@ def test_remote_daemon_killed_its_host_is_dropped(job, cluster, tmp_path):
     sizes = [e["size"] for e in epochs(events)]
     assert sizes == [3, 2], sizes
     assert resumed < KILL_RECOVERY_S, f"training resumed {resumed:.1f} s after the kill"
-    assert_hosts_hold_only_sshd(directory)
+    assert_hosts_hold_only_sshd(directory, N)
     # A SIGKILLed daemon cannot remove its workers' shared-memory directories; the next
     # daemon started on that host does (common/shm_dirs.h). Start one, as a later job would.
     r = job.run(["-x", "ER_TEST_TAG", *UCX_ACROSS_HOSTS, "-np", 1, "-H", "10.77.0.12:1", SGD, "--steps", 5],

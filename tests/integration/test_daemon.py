@@ -133,16 +133,42 @@ def test_jobs_run_through_the_daemon_one_after_another(job, daemon):
 
 
 def test_job_secret_never_on_a_command_line(job, daemon):
+    """Neither the cluster secret nor the job's own secret (ELASTICRUN_SECRET, which the
+    driver makes per job and sends to the daemon's job process inside the Config frame, and
+    which that gives its workers in their environment) is on any process's command line
+    while the job runs: the driver, the listening daemon, its job process, the workers."""
     p = job.start([*through(daemon), "-np", 2, TESTPROG, "--sleep", "30"])
     try:
-        daemon.wait_log(r"started as process")
+        job_pid = int(daemon.wait_log(r"started as process (\d+)").group(1))
         deadline = time.monotonic() + 10
-        while len(our_processes(job.tag)) < 4 and time.monotonic() < deadline:
+        workers = []
+        while len(workers) < 2 and time.monotonic() < deadline:
+            workers = [pid for pid in our_processes(job.tag)
+                       if Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].endswith(b"/testprog")]
             time.sleep(0.05)
-        for pid in our_processes(job.tag):
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-            assert daemon.secret.hex().encode() not in cmdline
-            assert b"--secret" not in cmdline or b"--secret-file" in cmdline
+        assert len(workers) == 2, our_processes(job.tag)
+        secrets_seen = {re.search(rb"(?:^|\0)ELASTICRUN_SECRET=([0-9a-f]*)\0", Path(f"/proc/{w}/environ").read_bytes())
+                        .group(1) for w in workers}
+        assert len(secrets_seen) == 1, secrets_seen
+        job_secret = secrets_seen.pop()
+        assert len(job_secret) == 64 and job_secret != daemon.secret.hex().encode(), job_secret
+        # Every process on the machine, not only the tagged ones.
+        checked = set()
+        for d in Path("/proc").iterdir():
+            try:
+                cmdline = (d / "cmdline").read_bytes() if d.name.isdigit() else None
+            except OSError:
+                continue
+            if cmdline is None:
+                continue
+            for secret in (job_secret, daemon.secret.hex().encode()):
+                assert secret not in cmdline and secret.upper() not in cmdline, (d.name, cmdline)
+            assert b"--secret" not in cmdline or b"--secret-file" in cmdline, (d.name, cmdline)
+            checked.add(int(d.name))
+        assert Path(f"/proc/{job_pid}/cmdline").read_bytes().split(b"\0")[0].endswith(b"elasticrund")
+        want = {"driver": p.pid, "daemon": daemon.proc.pid, "job process": job_pid, "worker 1": workers[0],
+                "worker 2": workers[1]}
+        assert all(pid in checked for pid in want.values()), (want, sorted(checked))
     finally:
         p.send_signal(signal.SIGTERM)
         p.communicate(timeout=20)
@@ -420,7 +446,7 @@ def test_nothing_listening_fails_fast(job, tmp_path):
 
 from conftest import namespace_cluster  # noqa: E402
 from test_ssh import HOSTS, UCX_ACROSS_HOSTS  # noqa: E402
-from test_sgd import finals, reference  # noqa: E402
+from test_sgd import check_commits, finals, reference  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -464,14 +490,22 @@ def test_daemon_killed_on_one_host_job_continues(job, host_daemons, tmp_path):
     p = job.start(["-x", "ER_TEST_TAG", *UCX_ACROSS_HOSTS, "--daemon-port", 7210, "--daemon-secret-file",
                    d.secret_file, "--min-np", 2, "--max-np", 3, "--host-discovery-script", hosts,
                    EXAMPLES / "elastic_sgd", *args, "--step-ms", 10, "--progress-file", progress])
+
+    def committed():
+        try:
+            return int(progress.read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            return 0
+
     try:
         deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            if progress.exists() and progress.read_text().strip() and int(progress.read_text().split()[0]) >= 30:
-                break
+        while committed() < 30 and time.monotonic() < deadline:
             time.sleep(0.05)
+        assert committed() >= 30, f"training did not reach the commit of step 30 in 60 s (at {committed()})"
         victim = host_daemons[2]
         job_pid = int(victim.wait_log(r"started as process (\d+)").group(1))
+        # Its worker's shared-memory directory, which the daemon's successor must remove.
+        assert list(Path("/dev/shm").glob(f"elasticrun.{job_pid}.*")), sorted(Path("/dev/shm").glob("elasticrun.*"))[:20]
         victim.proc.send_signal(signal.SIGKILL)
         os.kill(job_pid, signal.SIGKILL)
         out, err = p.communicate(timeout=120)
@@ -482,6 +516,7 @@ def test_daemon_killed_on_one_host_job_continues(job, host_daemons, tmp_path):
     assert p.returncode == 0, err[-3000:]
     got = finals(out)
     assert len(got) == 2 and all(g == reference(args) for g in got), got
+    check_commits(out, 200, min_epoch=2)
     assert "10.77.0.13" in err
     # systemd would restart the daemon: the new one clears what the killed one left.
     victim.start("0.0.0.0:7210", netns="er-h3")

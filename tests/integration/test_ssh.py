@@ -1,12 +1,20 @@
 """Jobs across "hosts" that are network namespaces with a real OpenSSH sshd each
 (scripts/testcluster): elasticrund is started over SSH with libssh, workers connect back to
-the driver over the namespace network. Skipped where namespaces cannot be made."""
+the driver over the namespace network. Skipped where namespaces cannot be made.
+
+Remote daemons are started by sshd, not by the test, and carry no test tag (ssh passes no
+environment): the `job` fixture cannot see them, so tests that must leave nothing behind
+check the hosts' namespaces too (assert_hosts_hold_only_sshd)."""
+import os
+import signal
+import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
 from conftest import EXAMPLES, ROOT, TESTPROG, our_processes, namespace_cluster
-from test_sgd import finals, reference
+from test_sgd import check_commits, finals, reference
 
 CLUSTER = ROOT / "scripts" / "testcluster"
 
@@ -22,6 +30,60 @@ HOSTS = ["10.77.0.11", "10.77.0.12", "10.77.0.13"]
 # some pairs across "hosts" and TCP others. Cross-host traffic goes over TCP, as it would
 # between machines.
 UCX_ACROSS_HOSTS = ["-x", "UCX_TLS=tcp,self"]
+
+
+def netns_pids(k):
+    """Pids of the processes in host k's namespace (er-hk)."""
+    r = subprocess.run(["ip", "netns", "pids", f"er-h{k}"], capture_output=True, text=True, timeout=10)
+    return {int(p) for p in r.stdout.split()}
+
+
+def sshd_pid(directory, k):
+    try:
+        return int((directory / f"h{k}" / "sshd.pid").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def argv0(pid):
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0]
+    except OSError:
+        return b""
+
+
+def not_sshd(pids):
+    """The processes among `pids` that are not sshd's (daemons, workers)."""
+    out = set()
+    for p in pids:
+        try:
+            if not Path(f"/proc/{p}/cmdline").read_bytes().startswith(b"sshd"):
+                out.add(p)
+        except OSError:
+            pass
+    return out
+
+
+def assert_hosts_hold_only_sshd(directory, hosts, timeout=10):
+    """Every host's namespace (hosts 1..`hosts`) is back to its sshd listener alone: no
+    daemon, worker or ssh session outlived the job (waits up to `timeout`, then kills them
+    and fails)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        left = {k: netns_pids(k) - {sshd_pid(directory, k)} for k in range(1, hosts + 1)}
+        left = {k: pids for k, pids in left.items() if pids}
+        if not left or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    described = {}
+    for k, pids in left.items():
+        for p in pids:
+            try:
+                described[p] = (k, Path(f"/proc/{p}/cmdline").read_bytes().replace(b"\0", b" ").decode()[:120])
+                os.kill(p, signal.SIGKILL)
+            except OSError:
+                pass
+    assert not left, f"processes left on the hosts (host, command line): {described}"
 
 
 def run(job, cluster, args, timeout=120, extra=None):
@@ -76,14 +138,20 @@ def test_unknown_host_key_refused_unless_accept_new(job, cluster, tmp_path):
 
 
 def test_remote_worker_killed_keeps_the_invariant(job, cluster):
+    """Rank 2 SIGKILLs itself at step 42, between commits (every 5): its host is
+    blacklisted, and the job goes on in epoch 2 from the commit of step 40, with 3 workers
+    again (the other two hosts have four slots)."""
     directory, env = cluster
     args = ["--steps", 120, "--dim", 64, "--batch", 48, "--commit-every", 5]
     r = run(job, cluster, ["--min-np", 2, "--host-discovery-script", directory / "discover", "--max-np", 3,
-                           EXAMPLES / "elastic_sgd", *args, "--step-ms", 5, "--fail-at-step", 40, "--fail-rank", 2,
+                           EXAMPLES / "elastic_sgd", *args, "--step-ms", 5, "--fail-at-step", 42, "--fail-rank", 2,
                            "--fail-signal", 9])
     assert r.returncode == 0, r.stderr[-3000:]
+    assert "elastic_sgd: injected failure at step 42 on rank 2" in r.stderr, r.stderr[-3000:]
     got = finals(r.stdout)
-    assert len(got) >= 2 and all(g == reference(args) for g in got), got
+    # Its host is blacklisted; the other two hosts' four slots give --max-np 3 workers again.
+    assert len(got) == 3 and all(g == reference(args) for g in got), got
+    assert check_commits(r.stdout, 120, min_epoch=2)[-1][1] == 3, r.stdout[-3000:]
 
 
 def test_killing_the_driver_stops_every_remote_daemon_and_worker(job, cluster):
@@ -98,6 +166,13 @@ def test_killing_the_driver_stops_every_remote_daemon_and_worker(job, cluster):
             break
         time.sleep(0.1)
     assert len(workers) == 3
+    # The remote daemons carry no test tag: find them in the hosts' namespaces.
+    daemons = {k: [pid for pid in not_sshd(netns_pids(k)) if argv0(pid).endswith(b"elasticrund")]
+               for k in range(1, len(HOSTS) + 1)}
+    assert all(len(d) == 1 for d in daemons.values()), daemons
     p.kill()
     p.wait(timeout=5)
-    # The job fixture checks that every daemon and worker is gone within 5 s.
+    # The job fixture checks that every worker is gone within 5 s; the daemons, and
+    # anything else on the hosts but their sshd, must be gone too.
+    directory, _ = cluster
+    assert_hosts_hold_only_sshd(directory, len(HOSTS))
