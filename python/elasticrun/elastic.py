@@ -1,0 +1,144 @@
+"""Elastic state and the retry loop, with Elastic Horovod's names and semantics::
+
+    import elasticrun as er
+    from elasticrun import elastic
+    er.init()
+    state = elastic.ObjectState(epoch=0, weights=w)
+
+    @elastic.run
+    def train(state):
+        for state.epoch in range(state.epoch, epochs):
+            ...                     # collectives may raise WorkersFailedError
+            state.commit()          # may raise HostsUpdatedInterrupt
+
+    train(state)
+
+The contract:
+- ``commit()`` saves a snapshot, then asks every rank whether the launcher announced a
+  membership change; if any rank saw one, every rank raises HostsUpdatedInterrupt at
+  this same commit (one small allreduce per commit).
+- ``run`` syncs the state from rank 0, calls the function, and on WorkersFailedError
+  (a peer died) or ElasticTimeoutError (a peer went silent) restores the last commit,
+  re-joins, runs the reset callbacks and tries again. On a HostsUpdatedInterrupt raised
+  by commit() it keeps the state, which equals the commit; raised anywhere else (a
+  collective interrupted mid-step) it restores too.
+- After every reset every rank syncs, whatever changed. Horovod lets ranks skip the sync
+  when hosts were only removed, and a rank that skipped while another synced deadlocked
+  (horovod#3494); a worker added by the reset always receives the state (horovod#2652).
+  The launcher makes rank 0 of each epoch a survivor that holds committed state.
+- Snapshots are deep copies: nothing the script mutates in place aliases them.
+"""
+import copy
+import functools
+
+import numpy
+
+import elasticrun as _er
+from elasticrun import _core
+
+__all__ = ["State", "ObjectState", "run", "HostsUpdatedInterrupt", "WorkersFailedError"]
+
+HostsUpdatedInterrupt = _er.HostsUpdatedInterrupt
+WorkersFailedError = _er.WorkersFailedError
+
+
+def _hosts_updated_anywhere():
+    """True on every rank when the launcher's change notice reached any of them."""
+    flag = numpy.array([1 if _core.hosts_updated() else 0], dtype=numpy.int32)
+    _er.allreduce(flag, op=_er.Max, out=flag)
+    return bool(flag[0])
+
+
+class State:
+    """Base of elastic states: subclasses implement save, restore and sync."""
+
+    def __init__(self):
+        self._reset_callbacks = []
+        self._at_commit = False
+        self.commits = 0
+
+    def register_reset_callbacks(self, callbacks):
+        """Functions called after every re-join, before the state is synced (Horovod's
+        hook for scaling the learning rate or batch size by size())."""
+        self._reset_callbacks.extend(callbacks)
+
+    def on_reset(self):
+        for callback in self._reset_callbacks:
+            callback()
+
+    def commit(self):
+        """Snapshots the state, then raises HostsUpdatedInterrupt on every rank if the
+        membership changed."""
+        self.save()
+        self.commits += 1
+        self.check_host_updates()
+
+    def check_host_updates(self):
+        """Raises HostsUpdatedInterrupt on every rank (together) if the launcher
+        announced a membership change to any of them."""
+        if _hosts_updated_anywhere():
+            self._at_commit = True
+            raise HostsUpdatedInterrupt("hosts updated: re-joining at commit %d" % self.commits)
+
+    def save(self):
+        raise NotImplementedError
+
+    def restore(self):
+        raise NotImplementedError
+
+    def sync(self):
+        raise NotImplementedError
+
+
+class ObjectState(State):
+    """State made of picklable attributes: ``ObjectState(epoch=0, batch=0)`` makes
+    ``state.epoch`` and ``state.batch``. sync() broadcasts rank 0's values."""
+
+    def __init__(self, bcast_object=None, get_rank=None, **kwargs):
+        super().__init__()
+        self._bcast_object = bcast_object or _er.broadcast_object
+        self._get_rank = get_rank or _er.rank
+        self._saved_state = {}
+        for name, value in kwargs.items():
+            setattr(self, name, value)
+        self._names = list(kwargs)
+        self.save()
+
+    def save(self):
+        self._saved_state = {name: copy.deepcopy(getattr(self, name)) for name in self._names}
+
+    def restore(self):
+        for name, value in self._saved_state.items():
+            setattr(self, name, copy.deepcopy(value))
+
+    def sync(self):
+        if self._names:
+            self._saved_state = self._bcast_object(self._saved_state)
+            self.restore()
+
+
+def _reset():
+    _core.rejoin()
+
+
+def run(func):
+    """Decorator: ``func(state, ...)`` runs until it returns, surviving failures and
+    membership changes as the module's docstring says. Errors of the re-join (this
+    worker was removed, no new epoch in time) propagate."""
+
+    @functools.wraps(func)
+    def wrapper(state, *args, **kwargs):
+        while True:
+            try:
+                state.sync()  # inside: a failure during a recovery is one more reset
+                return func(state, *args, **kwargs)
+            except (_er.WorkersFailedError, _er.ElasticTimeoutError):
+                state.restore()
+            except HostsUpdatedInterrupt:
+                if not state._at_commit:
+                    state.restore()  # interrupted mid-step: the step may be half done
+            state._at_commit = False
+            _reset()
+            state.on_reset()
+
+    return wrapper

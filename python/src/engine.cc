@@ -1,0 +1,169 @@
+#include "engine.h"
+
+#include "reduce.h"
+
+#include <cstdint>
+#include <cstring>
+
+namespace elasticrun::python {
+namespace {
+
+// buf[i] *= factor, in the element's own precision (f16 and bf16 through float).
+void scale(DataType t, void* buf, std::size_t n, double factor) {
+  switch (t) {
+    case DataType::f32: {
+      auto* p = static_cast<float*>(buf);
+      const float f = static_cast<float>(factor);
+      for (std::size_t i = 0; i < n; ++i) p[i] *= f;
+      return;
+    }
+    case DataType::f64: {
+      auto* p = static_cast<double*>(buf);
+      for (std::size_t i = 0; i < n; ++i) p[i] *= factor;
+      return;
+    }
+    case DataType::f16: {
+      auto* p = static_cast<std::uint16_t*>(buf);
+      const float f = static_cast<float>(factor);
+      for (std::size_t i = 0; i < n; ++i) p[i] = collective::float_to_half(collective::half_to_float(p[i]) * f);
+      return;
+    }
+    case DataType::bf16: {
+      auto* p = static_cast<std::uint16_t*>(buf);
+      const float f = static_cast<float>(factor);
+      for (std::size_t i = 0; i < n; ++i)
+        p[i] = collective::float_to_bfloat16(collective::bfloat16_to_float(p[i]) * f);
+      return;
+    }
+    default:
+      throw Error(std::string("prescale and postscale factors need a floating-point type, not ") + name_of(t));
+  }
+}
+
+void allreduce(Communicator& comm, const Request& r) {
+  if (r.prescale == 1.0) {
+    comm.allreduce(r.in, r.out, r.count, r.type, r.op);
+  } else {
+    // Scaled into the output first, so the caller's input is never modified.
+    if (r.out != r.in) std::memcpy(r.out, r.in, r.count * size_of(r.type));
+    scale(r.type, r.out, r.count, r.prescale);
+    comm.allreduce(r.out, r.out, r.count, r.type, r.op);
+  }
+  if (r.postscale != 1.0) scale(r.type, r.out, r.count, r.postscale);
+}
+
+}  // namespace
+
+void execute(Context& ctx, const Request& r) {
+  // comm() is looked up for each request: a re-join replaces it.
+  Communicator& comm = ctx.comm();
+  switch (r.kind) {
+    case Request::Kind::allreduce: return allreduce(comm, r);
+    case Request::Kind::broadcast: return comm.broadcast(r.out, r.count, r.type, r.root);
+    case Request::Kind::allgather: return comm.allgather(r.in, r.out, r.count, r.type);
+    case Request::Kind::allgatherv: return comm.allgatherv(r.in, r.out, r.counts, r.type);
+    case Request::Kind::reduce_scatter: return comm.reduce_scatter(r.in, r.out, r.count, r.type, r.op);
+    case Request::Kind::alltoall: return comm.alltoall(r.in, r.out, r.count, r.type);
+    case Request::Kind::barrier: return comm.barrier();
+  }
+}
+
+bool Completion::done() const {
+  std::lock_guard lock(mu_);
+  return done_;
+}
+
+bool Completion::wait_for(std::chrono::milliseconds timeout) {
+  std::unique_lock lock(mu_);
+  if (!cv_.wait_for(lock, timeout, [this] { return done_; })) return false;
+  if (error_) std::rethrow_exception(error_);
+  return true;
+}
+
+void Completion::finish(std::exception_ptr error) {
+  {
+    std::lock_guard lock(mu_);
+    done_ = true;
+    error_ = std::move(error);
+  }
+  cv_.notify_all();
+}
+
+Engine::Engine(Context& ctx) : ctx_(ctx), thread_([this] { loop(); }) {}
+
+Engine::~Engine() {
+  {
+    std::lock_guard lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+std::shared_ptr<Completion> Engine::submit(Task t) {
+  auto c = std::make_shared<Completion>();
+  {
+    std::lock_guard lock(mu_);
+    queue_.emplace_back(std::move(t), c);
+  }
+  cv_.notify_one();
+  return c;
+}
+
+void Engine::run(const Task& t) {
+  {
+    std::unique_lock lock(mu_);
+    if (!busy_ && queue_.empty()) {
+      busy_ = true;
+      lock.unlock();
+      std::exception_ptr error;
+      try {
+        t(ctx_);
+      } catch (...) {
+        error = std::current_exception();
+      }
+      lock.lock();
+      busy_ = false;
+      if (queue_.empty()) idle_cv_.notify_all();
+      else cv_.notify_one();
+      if (error) std::rethrow_exception(error);
+      return;
+    }
+  }
+  // Something was issued before: take a place behind it.
+  auto c = submit(t);
+  while (!c->wait_for(std::chrono::hours(1))) {
+  }
+}
+
+void Engine::drain() {
+  std::unique_lock lock(mu_);
+  idle_cv_.wait(lock, [this] { return queue_.empty() && !busy_; });
+}
+
+void Engine::loop() {
+  std::unique_lock lock(mu_);
+  for (;;) {
+    cv_.wait(lock, [this] { return stop_ || (!queue_.empty() && !busy_); });
+    if (queue_.empty()) {
+      if (stop_) return;
+      continue;
+    }
+    auto [task, completion] = std::move(queue_.front());
+    queue_.pop_front();
+    busy_ = true;
+    lock.unlock();
+    std::exception_ptr error;
+    try {
+      task(ctx_);
+    } catch (...) {
+      error = std::current_exception();
+    }
+    completion->finish(error);
+    lock.lock();
+    busy_ = false;
+    if (queue_.empty()) idle_cv_.notify_all();
+  }
+}
+
+}  // namespace elasticrun::python

@@ -1,0 +1,98 @@
+// The Python package's collective engine: runs collectives of the process-wide Context
+// in the order they were issued, either at once on the caller's thread or later on a
+// thread of its own (the asynchronous forms, and DistributedOptimizer's gradient
+// hooks, which issue allreduces while backward() is still running).
+//
+// Ordering is the whole contract: every rank must run the same collectives in the same
+// order, and a synchronous call issued after asynchronous ones must not overtake them.
+// So a synchronous call runs inline only when nothing is queued or running (the common
+// case, and the fast one: no thread hand-off); otherwise it joins the queue and waits.
+//
+// No Python object is touched here: the bindings keep the buffers alive and convert the
+// errors. Waits never hold the GIL (the bindings release it around every call here).
+#pragma once
+
+#include <elasticrun/elasticrun.hpp>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace elasticrun::python {
+
+// One collective over raw buffers, as Communicator takes them. count is in elements:
+// per rank for allgather and reduce_scatter (the output's and the input's share), per
+// block for alltoall.
+struct Request {
+  enum class Kind { allreduce, broadcast, allgather, allgatherv, reduce_scatter, alltoall, barrier };
+  Kind kind = Kind::barrier;
+  const void* in = nullptr;
+  void* out = nullptr;
+  std::size_t count = 0;
+  DataType type = DataType::u8;
+  ReduceOp op = ReduceOp::sum;
+  int root = 0;
+  std::vector<std::size_t> counts;  // allgatherv
+  // allreduce only: the input is multiplied by prescale before the reduction, the result
+  // by postscale after it (Horovod's prescale_factor / postscale_factor). Float types.
+  double prescale = 1.0, postscale = 1.0;
+};
+
+// Runs one request on the current epoch's communicator.
+void execute(Context& ctx, const Request& r);
+
+// What the engine runs: one request, or a few that belong together (allgather's size
+// exchange and the gather itself), on the context it is given.
+using Task = std::function<void(Context&)>;
+
+// The completion of one request: done once, with or without an error.
+class Completion {
+ public:
+  bool done() const;
+  // Waits up to `timeout`; true once done. Rethrows the request's error when done.
+  bool wait_for(std::chrono::milliseconds timeout);
+  void finish(std::exception_ptr error);
+
+ private:
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  std::exception_ptr error_;
+};
+
+class Engine {
+ public:
+  explicit Engine(Context& ctx);
+  ~Engine();  // finishes what is queued, then stops the thread
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Queues the task; the caller keeps its buffers alive until the completion is done.
+  std::shared_ptr<Completion> submit(Task t);
+  // Runs the task after everything issued before it; throws its error.
+  void run(const Task& t);
+  // Waits until nothing is queued or running (before a re-join replaces the
+  // communicator: a request of the old epoch must not run on the new one).
+  void drain();
+
+ private:
+  void loop();
+
+  Context& ctx_;
+  std::mutex mu_;
+  std::condition_variable cv_;       // work arrived, or stop
+  std::condition_variable idle_cv_;  // the queue became empty and nothing runs
+  std::deque<std::pair<Task, std::shared_ptr<Completion>>> queue_;
+  bool busy_ = false;  // a task is running, on the thread or inline
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+}  // namespace elasticrun::python

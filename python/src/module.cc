@@ -1,0 +1,331 @@
+// elasticrun._core: the pybind11 bindings of libelasticrun that the Python package
+// (python/elasticrun) builds on. Collectives take any C-contiguous buffer-protocol
+// object (numpy arrays, bytearray, memoryview ...) without copying it; the torch layer
+// passes raw tensor pointers through the *_ptr forms. The GIL is released for every wait.
+#include "buffers.h"
+#include "engine.h"
+
+#include <elasticrun/elasticrun.hpp>
+
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <vector>
+
+namespace elasticrun::python {
+namespace {
+
+// The process-wide engine of the process-wide context: made by init(), destroyed by
+// shutdown() before the context is.
+std::unique_ptr<Engine>& engine_slot() {
+  static std::unique_ptr<Engine> e;
+  return e;
+}
+
+Engine& engine() {
+  auto& e = engine_slot();
+  if (!e) throw Error("elasticrun is not initialised: call elasticrun.init() first");
+  return *e;
+}
+
+int world_size() {
+  engine();
+  return elasticrun::size();
+}
+
+void do_init() {
+  if (engine_slot()) return;
+  {
+    py::gil_scoped_release nogil;
+    elasticrun::init();
+  }
+  engine_slot() = std::make_unique<Engine>(elasticrun::context());
+}
+
+void do_shutdown() {
+  py::gil_scoped_release nogil;
+  engine_slot().reset();
+  elasticrun::shutdown();
+}
+
+// A pending collective. Holds the buffers it reads and writes until it is done: a handle
+// dropped early waits for its collective rather than free memory still in use.
+class Handle {
+ public:
+  Handle(std::shared_ptr<Completion> c, py::object keep, std::function<py::object()> result)
+      : completion_(std::move(c)), keep_(std::move(keep)), result_(std::move(result)) {}
+  ~Handle() {
+    if (completion_ && !completion_->done()) {
+      py::gil_scoped_release nogil;
+      try {
+        while (!completion_->wait_for(std::chrono::hours(1))) {
+        }
+      } catch (...) {
+        // Its error belonged to whoever would have waited.
+      }
+    }
+  }
+  Handle(const Handle&) = delete;
+  Handle& operator=(const Handle&) = delete;
+
+  bool poll() const { return completion_->done(); }
+
+  // Waits with the GIL released, in slices, so that Ctrl-C (a KeyboardInterrupt) ends
+  // the wait; `timeout` in seconds, none for no limit. Returns the result.
+  py::object wait(std::optional<double> timeout) {
+    auto deadline = timeout ? std::chrono::steady_clock::now() +
+                                  std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                      std::chrono::duration<double>(*timeout))
+                            : std::chrono::steady_clock::time_point::max();
+    for (;;) {
+      bool done;
+      {
+        py::gil_scoped_release nogil;
+        done = completion_->wait_for(std::chrono::milliseconds(50));
+      }
+      if (done) break;
+      if (PyErr_CheckSignals() != 0) throw py::error_already_set();
+      if (std::chrono::steady_clock::now() >= deadline)
+        throw TimeoutError("wait: the collective did not complete within the timeout");
+    }
+    keep_ = py::none();
+    return result_();
+  }
+
+ private:
+  std::shared_ptr<Completion> completion_;
+  py::object keep_;
+  std::function<py::object()> result_;
+};
+
+// The result of a collective whose output exists before it runs.
+std::function<py::object()> yields(py::object o) {
+  return [o = std::move(o)] { return o; };
+}
+
+// Runs `task` synchronously (GIL released) and returns result(), or queues it and
+// returns a Handle that keeps `keep` alive and yields result().
+py::object issue(Task task, bool async, py::object keep, std::function<py::object()> result) {
+  Engine& e = engine();
+  if (!async) {
+    {
+      py::gil_scoped_release nogil;
+      e.run(task);
+    }
+    return result();
+  }
+  std::shared_ptr<Completion> c;
+  {
+    py::gil_scoped_release nogil;
+    c = e.submit(std::move(task));
+  }
+  return py::cast(std::make_unique<Handle>(std::move(c), std::move(keep), std::move(result)));
+}
+
+py::array new_array(DataType t, const std::vector<py::ssize_t>& shape) {
+  return py::array(py::dtype(format_of(t)), shape);
+}
+
+ReduceOp op_of(int op) {
+  if (op < 0 || op > static_cast<int>(ReduceOp::prod))
+    throw py::value_error(fmt::format("unknown reduction op {}: use elasticrun.Sum, Average, Min, Max or Product", op));
+  return static_cast<ReduceOp>(op);
+}
+
+// Makes sure `out` matches `in` in type and element count.
+void check_same(const View& in, const View& out, const char* what) {
+  if (in.type != out.type || in.count != out.count)
+    throw py::value_error(fmt::format("{}: the output holds {} {} elements, the input {} {}", what, out.count,
+                                      name_of(out.type), in.count, name_of(in.type)));
+}
+
+py::object allreduce(py::object x, int op, py::object out, double prescale, double postscale, bool async) {
+  auto in = std::make_shared<View>(view_of(x, false, "allreduce"));
+  py::object result = out.is_none() ? py::object(new_array(in->type, in->shape())) : out;
+  auto o = std::make_shared<View>(view_of(result, true, "allreduce"));
+  check_same(*in, *o, "allreduce");
+  Request r{Request::Kind::allreduce, in->data(), o->data(), in->count, in->type, op_of(op)};
+  r.prescale = prescale, r.postscale = postscale;
+  return issue([r, in, o](Context& ctx) { execute(ctx, r); }, async, py::make_tuple(x, result), yields(result));
+}
+
+py::object broadcast(py::object x, int root, bool async) {
+  auto v = std::make_shared<View>(view_of(x, true, "broadcast"));
+  Request r{Request::Kind::broadcast, nullptr, v->data(), v->count, v->type};
+  r.root = root;
+  return issue([r, v](Context& ctx) { execute(ctx, r); }, async, x, yields(x));
+}
+
+// Allgather along the first dimension, which may differ between ranks: the ranks first
+// exchange (rows, elements per row, type), so that a disagreement on the rest of the
+// shape or the type is an error on every rank rather than a hang, then gather.
+struct Gathered {
+  std::vector<std::uint8_t> bytes;
+  std::vector<std::int64_t> rows;
+};
+
+py::object allgather(py::object x, bool async) {
+  auto in = std::make_shared<View>(view_of(x, false, "allgather"));
+  auto shape = in->shape();
+  const std::int64_t rows = shape.empty() ? 1 : shape[0];
+  const std::int64_t per_row = static_cast<std::int64_t>(in->row_elements());
+  auto got = std::make_shared<Gathered>();
+  Task task = [in, got, rows, per_row](Context& ctx) {
+    Communicator& comm = ctx.comm();
+    const int n = comm.size();
+    std::int64_t mine[3] = {rows, per_row, static_cast<std::int64_t>(in->type)};
+    std::vector<std::int64_t> all(3 * static_cast<std::size_t>(n));
+    comm.allgather(mine, all.data(), 3, DataType::i64);
+    std::vector<std::size_t> counts(n);
+    for (int r = 0; r < n; ++r) {
+      const std::int64_t* m = &all[3 * r];
+      if (m[1] != per_row || m[2] != mine[2])
+        throw Error(fmt::format("allgather: rank {} has {} {} elements per row, rank {} has {} {}", comm.rank(),
+                                per_row, name_of(in->type), r, m[1], name_of(static_cast<DataType>(m[2]))));
+      got->rows.push_back(m[0]);
+      counts[r] = static_cast<std::size_t>(m[0] * per_row);
+    }
+    std::size_t total = 0;
+    for (auto c : counts) total += c;
+    got->bytes.resize(total * size_of(in->type));
+    comm.allgatherv(in->data(), got->bytes.data(), counts, in->type);
+  };
+  // The output's size is known only after the exchange: the gathered bytes become a
+  // numpy array when the result is asked for.
+  auto to_array = [in, got, shape]() -> py::object {
+    std::vector<py::ssize_t> s = shape.empty() ? std::vector<py::ssize_t>{0} : shape;
+    py::ssize_t total_rows = 0;
+    for (auto r : got->rows) total_rows += r;
+    s[0] = total_rows;
+    py::array a = new_array(in->type, s);
+    std::memcpy(a.mutable_data(), got->bytes.data(), got->bytes.size());
+    return a;
+  };
+  return issue(std::move(task), async, x, to_array);
+}
+
+py::object reduce_scatter(py::object x, int op, bool async) {
+  auto in = std::make_shared<View>(view_of(x, false, "reduce_scatter"));
+  int n = world_size();
+  auto shape = in->shape();
+  if (shape.empty() || shape[0] % n != 0)
+    throw py::value_error(fmt::format("reduce_scatter: the first dimension ({}) must be a multiple of size() ({})",
+                                      shape.empty() ? 0 : shape[0], n));
+  shape[0] /= n;
+  py::array result = new_array(in->type, shape);
+  auto o = std::make_shared<View>(view_of(result, true, "reduce_scatter"));
+  Request r{Request::Kind::reduce_scatter, in->data(), o->data(), o->count, in->type, op_of(op)};
+  return issue([r, in, o](Context& ctx) { execute(ctx, r); }, async, py::make_tuple(x, result), yields(result));
+}
+
+py::object alltoall(py::object x, py::object out, bool async) {
+  auto in = std::make_shared<View>(view_of(x, false, "alltoall"));
+  int n = world_size();
+  if (in->count % static_cast<std::size_t>(n) != 0)
+    throw py::value_error(fmt::format("alltoall: {} elements do not split into size() ({}) equal blocks", in->count, n));
+  py::object result = out.is_none() ? py::object(new_array(in->type, in->shape())) : out;
+  auto o = std::make_shared<View>(view_of(result, true, "alltoall"));
+  check_same(*in, *o, "alltoall");
+  Request r{Request::Kind::alltoall, in->data(), o->data(), in->count / n, in->type};
+  return issue([r, in, o](Context& ctx) { execute(ctx, r); }, async, py::make_tuple(x, result), yields(result));
+}
+
+// The torch layer's path: raw pointers of tensors it keeps alive (`keep`), the type by
+// the library's code, no buffer protocol (it has no bfloat16).
+py::object ptr_collective(const std::string& kind, std::uintptr_t in, std::uintptr_t out, std::size_t count,
+                          int type, int op, int root, double prescale, double postscale, bool async,
+                          py::object keep) {
+  if (type < 0 || type > static_cast<int>(DataType::i64)) throw py::value_error("unknown element type code");
+  Request r;
+  if (kind == "allreduce") r.kind = Request::Kind::allreduce;
+  else if (kind == "broadcast") r.kind = Request::Kind::broadcast;
+  else if (kind == "allgather") r.kind = Request::Kind::allgather;
+  else if (kind == "reduce_scatter") r.kind = Request::Kind::reduce_scatter;
+  else if (kind == "alltoall") r.kind = Request::Kind::alltoall;
+  else throw py::value_error("unknown collective '" + kind + "'");
+  r.in = reinterpret_cast<const void*>(in), r.out = reinterpret_cast<void*>(out);
+  r.count = count, r.type = static_cast<DataType>(type), r.op = op_of(op), r.root = root;
+  r.prescale = prescale, r.postscale = postscale;
+  return issue([r](Context& ctx) { execute(ctx, r); }, async, keep, yields(py::none()));
+}
+
+}  // namespace
+}  // namespace elasticrun::python
+
+PYBIND11_MODULE(_core, m) {
+  using namespace elasticrun;
+  using namespace elasticrun::python;
+  m.doc() = "libelasticrun bindings (internal: use the elasticrun package)";
+
+  auto base = py::register_exception<Error>(m, "ElasticrunError", PyExc_RuntimeError);
+  py::register_exception<WorkersFailed>(m, "WorkersFailedError", base.ptr());
+  py::register_exception<HostsUpdated>(m, "HostsUpdatedError", base.ptr());
+  py::register_exception<TimeoutError>(m, "ElasticTimeoutError", base.ptr());
+  py::register_exception<ProtocolError>(m, "ProtocolError", base.ptr());
+
+  m.def("init", &do_init, "Join the job (reads the ELASTICRUN_* environment the daemon set)");
+  m.def("shutdown", &do_shutdown, "Leave the job; collectives after it raise");
+  m.def("is_initialized", [] { return static_cast<bool>(engine_slot()); });
+  m.def("rank", [] { return engine(), elasticrun::rank(); });
+  m.def("size", [] { return engine(), elasticrun::size(); });
+  m.def("local_rank", [] { return engine(), elasticrun::local_rank(); });
+  m.def("local_size", [] { return engine(), elasticrun::local_size(); });
+  m.def("cross_rank", [] { return engine(), elasticrun::cross_rank(); });
+  m.def("cross_size", [] { return engine(), elasticrun::cross_size(); });
+  m.def("epoch", [] { return engine(), elasticrun::context().topology().epoch; });
+  m.def("host", [] { return engine(), elasticrun::context().topology().host; });
+  m.def("resets", [] { return engine(), elasticrun::context().resets(); });
+  m.def("hosts_updated", [] { return engine(), elasticrun::context().hosts_updated(); });
+  m.def(
+      "rejoin",
+      [] {
+        Engine& e = engine();
+        py::gil_scoped_release nogil;
+        e.drain();  // nothing of the old epoch may run on the new communicator
+        elasticrun::context().rejoin();
+      },
+      "Wait for the next epoch and take this worker's place in it");
+
+  py::class_<Handle>(m, "Handle", "A pending asynchronous collective")
+      .def("poll", &Handle::poll, "True once the collective has completed (its error, if any, is raised by wait)")
+      .def("wait", &Handle::wait, py::arg("timeout") = py::none(),
+           "Wait for the collective and return its result; raises its error");
+
+  m.def("allreduce", &python::allreduce, py::arg("tensor"), py::arg("op") = 0, py::arg("out") = py::none(),
+        py::arg("prescale_factor") = 1.0, py::arg("postscale_factor") = 1.0, py::arg("async_") = false);
+  m.def("broadcast", &python::broadcast, py::arg("tensor"), py::arg("root_rank") = 0, py::arg("async_") = false);
+  m.def("allgather", &python::allgather, py::arg("tensor"), py::arg("async_") = false);
+  m.def("reduce_scatter", &python::reduce_scatter, py::arg("tensor"), py::arg("op") = 0, py::arg("async_") = false);
+  m.def("alltoall", &python::alltoall, py::arg("tensor"), py::arg("out") = py::none(), py::arg("async_") = false);
+  m.def(
+      "barrier", [](bool async) { return issue([](Context& ctx) { ctx.comm().barrier(); }, async, py::none(), yields(py::none())); },
+      py::arg("async_") = false);
+  m.def("ptr_collective", &ptr_collective, py::arg("kind"), py::arg("inp"), py::arg("out"), py::arg("count"),
+        py::arg("dtype"), py::arg("op") = 0, py::arg("root") = 0, py::arg("prescale") = 1.0,
+        py::arg("postscale") = 1.0, py::arg("async_") = false, py::arg("keep") = py::none());
+  m.def("_drain", [] {
+    Engine& e = engine();
+    py::gil_scoped_release nogil;
+    e.drain();
+  });
+
+  m.attr("SUM") = static_cast<int>(ReduceOp::sum);
+  m.attr("AVERAGE") = static_cast<int>(ReduceOp::avg);
+  m.attr("MIN") = static_cast<int>(ReduceOp::min);
+  m.attr("MAX") = static_cast<int>(ReduceOp::max);
+  m.attr("PRODUCT") = static_cast<int>(ReduceOp::prod);
+  py::dict types;
+  for (DataType t : {DataType::f16, DataType::bf16, DataType::f32, DataType::f64, DataType::i8, DataType::u8,
+                     DataType::i32, DataType::i64})
+    types[name_of(t)] = static_cast<int>(t);
+  m.attr("DTYPES") = types;
+}
