@@ -11,7 +11,11 @@ Run a script under the launcher (``elasticrun -np 4 /usr/bin/python3 train.py``)
 Collectives take any C-contiguous buffer-protocol object (numpy arrays, bytearray,
 memoryview) without copying it; a non-contiguous one is refused with ValueError (a copy
 would hide that an in-place result does not reach the caller's array), an element type
-the library has not got with TypeError. Every wait releases the GIL. Every rank must
+the library has not got with TypeError. Every wait releases the GIL. Before each
+collective the ranks agree that they pass the same element count and type (one 32-byte
+allreduce), so that a mismatch is an ElasticrunError on every rank rather than a hang or
+a silently wrong result; ``set_shape_check(False)`` (or ELASTICRUN_CHECK_SHAPES=0 in the
+environment) skips that for programs whose shapes agree by construction. Every rank must
 issue the same collectives in the same order; asynchronous ones run in that order on a
 thread of their own, and a synchronous call waits for those issued before it.
 
@@ -22,6 +26,7 @@ deadline, ELASTICRUN_COLLECTIVE_TIMEOUT), ``ProtocolError``; all derive from
 ``ElasticrunError`` (a RuntimeError). ``elasticrun.elastic`` has the elastic State and
 the ``run`` decorator; ``elasticrun.torch`` Horovod's PyTorch API.
 """
+import os
 import pickle
 
 import numpy
@@ -34,7 +39,7 @@ __all__ = [
     "init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size", "cross_rank", "cross_size",
     "allreduce", "allreduce_async", "broadcast", "broadcast_async", "allgather", "allgather_async",
     "reduce_scatter", "reduce_scatter_async", "alltoall", "alltoall_async", "barrier", "broadcast_object",
-    "allgather_object", "Sum", "Average", "Min", "Max", "Product", "Handle", "ElasticrunError", "WorkersFailedError",
+    "allgather_object", "set_shape_check", "Sum", "Average", "Min", "Max", "Product", "Handle", "ElasticrunError", "WorkersFailedError",
     "HostsUpdatedError", "ElasticTimeoutError", "ProtocolError", "HorovodInternalError", "HostsUpdatedInterrupt",
 ]
 
@@ -57,6 +62,9 @@ local_rank = _core.local_rank
 local_size = _core.local_size
 cross_rank = _core.cross_rank
 cross_size = _core.cross_size
+set_shape_check = _core.set_shape_check
+if os.environ.get("ELASTICRUN_CHECK_SHAPES", "1") == "0":
+    _core.set_shape_check(False)
 
 
 def allreduce(tensor, op=Sum, out=None, prescale_factor=1.0, postscale_factor=1.0):

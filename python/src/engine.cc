@@ -2,6 +2,8 @@
 
 #include "reduce.h"
 
+#include <fmt/format.h>
+
 #include <cstdint>
 #include <cstring>
 
@@ -52,11 +54,39 @@ void allreduce(Communicator& comm, const Request& r) {
   if (r.postscale != 1.0) scale(r.type, r.out, r.count, r.postscale);
 }
 
+const char* kind_name(Request::Kind k) {
+  switch (k) {
+    case Request::Kind::allreduce: return "allreduce";
+    case Request::Kind::broadcast: return "broadcast";
+    case Request::Kind::allgather: return "allgather";
+    case Request::Kind::allgatherv: return "allgatherv";
+    case Request::Kind::reduce_scatter: return "reduce_scatter";
+    case Request::Kind::alltoall: return "alltoall";
+    case Request::Kind::barrier: return "barrier";
+  }
+  return "?";
+}
+
+// max over ranks of (count, -count, type, -type): every rank learns the largest and the
+// smallest of each, so all of them see a disagreement at once.
+void check_agreement(Communicator& comm, const Request& r) {
+  const auto count = static_cast<std::int64_t>(r.count), type = static_cast<std::int64_t>(r.type);
+  std::int64_t d[4] = {count, -count, type, -type};
+  comm.allreduce(d, d, 4, DataType::i64, ReduceOp::max);
+  if (d[0] == -d[1] && d[2] == -d[3]) return;
+  if (d[2] != -d[3])
+    throw Error(fmt::format("{}: the ranks pass different element types (this rank {})", kind_name(r.kind),
+                            name_of(r.type)));
+  throw Error(fmt::format("{}: the ranks pass different element counts, from {} to {} (this rank {})",
+                          kind_name(r.kind), -d[1], d[0], count));
+}
+
 }  // namespace
 
 void execute(Context& ctx, const Request& r) {
   // comm() is looked up for each request: a re-join replaces it.
   Communicator& comm = ctx.comm();
+  if (r.check && r.kind != Request::Kind::barrier) check_agreement(comm, r);
   switch (r.kind) {
     case Request::Kind::allreduce: return allreduce(comm, r);
     case Request::Kind::broadcast: return comm.broadcast(r.out, r.count, r.type, r.root);

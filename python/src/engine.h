@@ -43,6 +43,10 @@ struct Request {
   // allreduce only: the input is multiplied by prescale before the reduction, the result
   // by postscale after it (Horovod's prescale_factor / postscale_factor). Float types.
   double prescale = 1.0, postscale = 1.0;
+  // First agree that every rank passes the same element count and type (one 32-byte
+  // allreduce): a disagreement is then an Error on every rank, where the collective
+  // itself could hang or silently reduce mismatched buffers.
+  bool check = false;
 };
 
 // Runs one request on the current epoch's communicator.

@@ -37,6 +37,13 @@ Engine& engine() {
   return *e;
 }
 
+// Whether the buffer-protocol collectives check that the ranks agree on count and type
+// first (elasticrun.set_shape_check; ELASTICRUN_CHECK_SHAPES=0 at import turns it off).
+bool& shape_check() {
+  static bool on = true;
+  return on;
+}
+
 int world_size() {
   engine();
   return elasticrun::size();
@@ -155,6 +162,7 @@ py::object allreduce(py::object x, int op, py::object out, double prescale, doub
   check_same(*in, *o, "allreduce");
   Request r{Request::Kind::allreduce, in->data(), o->data(), in->count, in->type, op_of(op)};
   r.prescale = prescale, r.postscale = postscale;
+  r.check = shape_check();
   return issue([r, in, o](Context& ctx) { execute(ctx, r); }, async, py::make_tuple(x, result), yields(result));
 }
 
@@ -162,6 +170,7 @@ py::object broadcast(py::object x, int root, bool async) {
   auto v = std::make_shared<View>(view_of(x, true, "broadcast"));
   Request r{Request::Kind::broadcast, nullptr, v->data(), v->count, v->type};
   r.root = root;
+  r.check = shape_check();
   return issue([r, v](Context& ctx) { execute(ctx, r); }, async, x, yields(x));
 }
 
@@ -224,6 +233,7 @@ py::object reduce_scatter(py::object x, int op, bool async) {
   py::array result = new_array(in->type, shape);
   auto o = std::make_shared<View>(view_of(result, true, "reduce_scatter"));
   Request r{Request::Kind::reduce_scatter, in->data(), o->data(), o->count, in->type, op_of(op)};
+  r.check = shape_check();
   return issue([r, in, o](Context& ctx) { execute(ctx, r); }, async, py::make_tuple(x, result), yields(result));
 }
 
@@ -236,6 +246,7 @@ py::object alltoall(py::object x, py::object out, bool async) {
   auto o = std::make_shared<View>(view_of(result, true, "alltoall"));
   check_same(*in, *o, "alltoall");
   Request r{Request::Kind::alltoall, in->data(), o->data(), in->count / n, in->type};
+  r.check = shape_check();
   return issue([r, in, o](Context& ctx) { execute(ctx, r); }, async, py::make_tuple(x, result), yields(result));
 }
 
@@ -243,7 +254,7 @@ py::object alltoall(py::object x, py::object out, bool async) {
 // the library's code, no buffer protocol (it has no bfloat16).
 py::object ptr_collective(const std::string& kind, std::uintptr_t in, std::uintptr_t out, std::size_t count,
                           int type, int op, int root, double prescale, double postscale, bool async,
-                          py::object keep) {
+                          py::object keep, bool check) {
   if (type < 0 || type > static_cast<int>(DataType::i64)) throw py::value_error("unknown element type code");
   Request r;
   if (kind == "allreduce") r.kind = Request::Kind::allreduce;
@@ -255,6 +266,7 @@ py::object ptr_collective(const std::string& kind, std::uintptr_t in, std::uintp
   r.in = reinterpret_cast<const void*>(in), r.out = reinterpret_cast<void*>(out);
   r.count = count, r.type = static_cast<DataType>(type), r.op = op_of(op), r.root = root;
   r.prescale = prescale, r.postscale = postscale;
+  r.check = check;
   return issue([r](Context& ctx) { execute(ctx, r); }, async, keep, yields(py::none()));
 }
 
@@ -311,7 +323,12 @@ PYBIND11_MODULE(_core, m) {
       py::arg("async_") = false);
   m.def("ptr_collective", &ptr_collective, py::arg("kind"), py::arg("inp"), py::arg("out"), py::arg("count"),
         py::arg("dtype"), py::arg("op") = 0, py::arg("root") = 0, py::arg("prescale") = 1.0,
-        py::arg("postscale") = 1.0, py::arg("async_") = false, py::arg("keep") = py::none());
+        py::arg("postscale") = 1.0, py::arg("async_") = false, py::arg("keep") = py::none(),
+        py::arg("check") = false);
+  m.def(
+      "set_shape_check", [](bool on) { shape_check() = on; }, py::arg("on"),
+      "Whether collectives on buffers first check that every rank passes the same count and type");
+  m.def("shape_check", [] { return shape_check(); });
   m.def("_drain", [] {
     Engine& e = engine();
     py::gil_scoped_release nogil;
