@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ELASTICRUND, EXAMPLES, TESTPROG, our_processes
+from conftest import ELASTICRUND, EXAMPLES, TESTPROG, our_processes, skip_unless_required
 
 MAGIC = 0x5245
 HELLO, AUTH, AUTH_OK, ERROR = 1, 2, 3, 4
@@ -558,7 +558,7 @@ def test_systemd_unit_command_line_starts_the_daemon(tmp_path):
     argv[0] = str(ELASTICRUND)
     argv[argv.index("--state-dir") + 1] = str(tmp_path / "run")
     if subprocess.run(["unshare", "-n", "true"], capture_output=True).returncode != 0:
-        pytest.skip("cannot make a network namespace here")
+        skip_unless_required("netns", "cannot make a network namespace here")
     p = subprocess.Popen(["unshare", "-n", "sh", "-c", 'ip link set lo up && exec "$@"', "sh", *argv],
                          stderr=subprocess.PIPE, text=True)
     try:
