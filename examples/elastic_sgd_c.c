@@ -87,7 +87,14 @@ static int train(er_state* st, void* arg) {
     if (t->step % t->o.commit_every != 0 && t->step != t->o.steps) continue;
     ++t->log.commits;
     t->log.commit_sum += t->step;
-    if ((rc = er_state_commit(st)) != ER_OK) return rc;
+    rc = er_state_commit(st);
+    /* Reported once taken, also when the commit says hosts were updated (the commit
+     * stands); tests wait for it to know that training is under way. */
+    if ((rc == ER_OK || rc == ER_HOSTS_UPDATED) && er_rank() == 0) {
+      printf("committed step %lld size %d\n", (long long)t->step, er_size());
+      fflush(stdout);
+    }
+    if (rc != ER_OK) return rc;
   }
   return ER_OK;
 }
