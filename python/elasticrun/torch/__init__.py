@@ -1,0 +1,53 @@
+"""Horovod's PyTorch API on elasticrun: ``import elasticrun.torch as hvd`` in place of
+``import horovod.torch as hvd``, and run the script under ``elasticrun``::
+
+    import elasticrun.torch as hvd
+    hvd.init()
+    model = Net()
+    optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.01 * hvd.size()),
+                                         named_parameters=model.named_parameters())
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    hvd.broadcast_optimizer_state(optimizer, root_rank=0)
+
+What there is: init, shutdown, is_initialized, rank, size, local_rank, local_size,
+cross_rank, cross_size; allreduce(_)(_async), grouped_allreduce(_), broadcast(_)(_async),
+allgather(_async), alltoall, reducescatter, barrier, join, poll, synchronize; the ops
+Sum, Average, Min, Max, Product; Compression.none/fp16; broadcast_parameters,
+broadcast_optimizer_state, broadcast_object, allgather_object; DistributedOptimizer;
+``hvd.elastic`` (TorchState, ElasticSampler, run); the errors under both names
+(HorovodInternalError = WorkersFailedError, HostsUpdatedInterrupt = HostsUpdatedError).
+
+What differs from Horovod:
+- CPU tensors only (another device is a TypeError); contiguous ones travel without a
+  copy, non-contiguous ones are copied (in-place forms write the result back).
+- No negotiation: every rank issues the same collectives in the same order; ``name``
+  arguments are accepted and ignored. DistributedOptimizer's buckets are fixed at
+  construction, in reverse parameter order.
+- ``join()`` is a barrier every rank must reach; joined ranks do not stand in for
+  collectives the others still issue. It returns -1.
+- ``Adasum`` exists only to raise NotImplementedError; process sets, sparse gradients
+  and GPU tensors are not supported.
+- ``reducescatter`` and ``alltoall`` with uneven splits pad to the largest share.
+"""
+from elasticrun import (ElasticTimeoutError, ElasticrunError, HorovodInternalError, HostsUpdatedError,
+                        HostsUpdatedInterrupt, ProtocolError, WorkersFailedError, cross_rank, cross_size, init,
+                        is_initialized, local_rank, local_size, rank, shutdown, size)
+from elasticrun.torch.compression import Compression, Compressor
+from elasticrun.torch.functions import (allgather_object, broadcast_object, broadcast_optimizer_state,
+                                        broadcast_parameters)
+from elasticrun.torch.ops import (Adasum, Average, Handle, Max, Min, Product, Sum, allgather, allgather_async,
+                                  allreduce, allreduce_, allreduce_async, allreduce_async_, alltoall, barrier,
+                                  broadcast, broadcast_, broadcast_async, broadcast_async_, grouped_allreduce,
+                                  grouped_allreduce_, join, poll, reducescatter, synchronize)
+from elasticrun.torch.optimizer import DistributedOptimizer
+from elasticrun.torch import elastic
+
+__all__ = [
+    "init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size", "cross_rank", "cross_size",
+    "allreduce", "allreduce_", "allreduce_async", "allreduce_async_", "grouped_allreduce", "grouped_allreduce_",
+    "broadcast", "broadcast_", "broadcast_async", "broadcast_async_", "allgather", "allgather_async", "alltoall",
+    "reducescatter", "barrier", "join", "poll", "synchronize", "Handle", "Sum", "Average", "Min", "Max", "Product",
+    "Adasum", "Compression", "Compressor", "broadcast_parameters", "broadcast_optimizer_state", "broadcast_object",
+    "allgather_object", "DistributedOptimizer", "elastic", "ElasticrunError", "WorkersFailedError",
+    "HostsUpdatedError", "ElasticTimeoutError", "ProtocolError", "HorovodInternalError", "HostsUpdatedInterrupt",
+]

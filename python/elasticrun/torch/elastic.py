@@ -1,0 +1,247 @@
+"""Elastic training with torch objects: TorchState, ElasticSampler and run, under
+Horovod's names (``hvd.elastic.TorchState`` ...), built on elasticrun.elastic::
+
+    import elasticrun.torch as hvd
+    hvd.init()
+    sampler = hvd.elastic.ElasticSampler(dataset)
+    loader = torch.utils.data.DataLoader(dataset, batch_size=bs, sampler=sampler)
+    optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1))
+    state = hvd.elastic.TorchState(model, optimizer, sampler=sampler, epoch=0)
+
+    @hvd.elastic.run
+    def train(state):
+        for state.epoch in range(state.epoch, epochs):
+            for i, (x, y) in enumerate(loader):
+                ...; optimizer.step()
+                state.sampler.record_batch(i, bs)
+                if i % 10 == 0:
+                    state.commit()
+            state.sampler.set_epoch(state.epoch + 1)
+            state.commit()
+
+    train(state)
+
+TorchState keeps each attribute through a handler chosen by its type: modules (state
+dict), optimizers (state dict; a DistributedOptimizer also forgets a step in progress
+on restore), LR schedulers, ElasticSamplers; anything else is a plain attribute with
+ObjectState's semantics. ``register_handler(type, handler_class)`` adds a type.
+Snapshots are deep copies. sync() (on every rank after every reset) makes rank 0's
+values everyone's, then saves them, so that a worker that joined has a snapshot to
+return to. A sampler's commit gathers the ranks' progress (one small allgather).
+"""
+import copy
+
+import torch
+
+import elasticrun as _er
+from elasticrun import elastic as _elastic
+from elasticrun.torch.functions import broadcast_object, broadcast_optimizer_state, broadcast_parameters
+from elasticrun.torch.sampler import ElasticSampler
+
+__all__ = ["TorchState", "ElasticSampler", "run", "StateHandler", "ModelStateHandler", "OptimizerStateHandler",
+           "LRSchedulerStateHandler", "SamplerStateHandler", "register_handler", "get_handler_registry",
+           "set_handler_registry", "State", "ObjectState"]
+
+run = _elastic.run
+State = _elastic.State
+ObjectState = _elastic.ObjectState
+
+
+class StateHandler:
+    """Keeps one attribute of a TorchState: save() snapshots `value` (a deep copy),
+    restore() puts the snapshot back, sync() makes rank 0's value everyone's. gather()
+    runs on every rank before a commit's saves, for handlers whose snapshot needs the
+    other ranks' view (a collective); the saves themselves stay local, so that a failure
+    in the middle of a commit leaves the previous snapshot whole."""
+
+    def __init__(self, value):
+        self.value = value
+
+    def gather(self):
+        pass
+
+    def save(self):
+        raise NotImplementedError
+
+    def restore(self):
+        raise NotImplementedError
+
+    def sync(self):
+        raise NotImplementedError
+
+    def set_value(self, value):
+        self.value = value
+        self.save()
+
+
+class ModelStateHandler(StateHandler):
+    """A torch.nn.Module: its state_dict (parameters and buffers), cloned."""
+
+    def __init__(self, model):
+        super().__init__(model)
+        self.save()
+
+    def save(self):
+        self._saved = {k: v.detach().clone() for k, v in self.value.state_dict().items()}
+
+    def restore(self):
+        self.value.load_state_dict(self._saved)
+
+    def sync(self):
+        broadcast_parameters(self.value.state_dict(), root_rank=0)
+
+
+def _forget_step(optimizer):
+    reset = getattr(optimizer, "_er_reset", None)
+    if reset is not None:
+        reset()
+
+
+class OptimizerStateHandler(StateHandler):
+    """A torch.optim.Optimizer: its state_dict, deep-copied (momentum buffers are
+    updated in place)."""
+
+    def __init__(self, optimizer):
+        super().__init__(optimizer)
+        self.save()
+
+    def save(self):
+        self._saved = copy.deepcopy(self.value.state_dict())
+
+    def restore(self):
+        _forget_step(self.value)
+        self.value.load_state_dict(copy.deepcopy(self._saved))
+
+    def sync(self):
+        _forget_step(self.value)
+        broadcast_optimizer_state(self.value, root_rank=0)
+
+
+class LRSchedulerStateHandler(StateHandler):
+    """A learning-rate scheduler: its state_dict, deep-copied."""
+
+    def __init__(self, scheduler):
+        super().__init__(scheduler)
+        self.save()
+
+    def save(self):
+        self._saved = copy.deepcopy(self.value.state_dict())
+
+    def restore(self):
+        self.value.load_state_dict(copy.deepcopy(self._saved))
+
+    def sync(self):
+        self.value.load_state_dict(broadcast_object(self.value.state_dict(), 0))
+
+
+class SamplerStateHandler(StateHandler):
+    """An ElasticSampler: its progress. gather() merges the ranks' records (the smallest
+    recorded prefix, the union of record_indices) so that the snapshot holds what every
+    rank processed; sync() loads rank 0's progress and re-splits over the new world."""
+
+    def __init__(self, sampler):
+        super().__init__(sampler)
+        self.save()
+
+    def gather(self):
+        s = self.value
+        views = _er.allgather_object((s._segment_done, sorted(s._pending)))
+        s._merge(min(v[0] for v in views), set().union(*(v[1] for v in views)))
+
+    def save(self):
+        self._saved = copy.deepcopy(self.value.state_dict())
+
+    def restore(self):
+        self.value.load_state_dict(copy.deepcopy(self._saved))
+
+    def sync(self):
+        self.value.load_state_dict(broadcast_object(self.value.state_dict(), 0))
+
+
+_LR_SCHEDULER = getattr(torch.optim.lr_scheduler, "LRScheduler", torch.optim.lr_scheduler._LRScheduler)
+_registry = [
+    (torch.nn.Module, ModelStateHandler),
+    (torch.optim.Optimizer, OptimizerStateHandler),
+    (_LR_SCHEDULER, LRSchedulerStateHandler),
+    (torch.optim.lr_scheduler.ReduceLROnPlateau, LRSchedulerStateHandler),
+    (ElasticSampler, SamplerStateHandler),
+]
+
+
+def register_handler(value_type, handler_class):
+    """TorchState attributes that are instances of `value_type` are kept by
+    `handler_class(value)` (a StateHandler). Later registrations take precedence."""
+    _registry.insert(0, (value_type, handler_class))
+
+
+def get_handler_registry():
+    """The (type, handler class) pairs, first match wins (Horovod's name)."""
+    return _registry
+
+
+def set_handler_registry(registry):
+    """Replaces the (type, handler class) pairs (Horovod's name)."""
+    _registry[:] = list(registry)
+
+
+def _handler_for(value):
+    for value_type, handler_class in _registry:
+        if isinstance(value, value_type):
+            return handler_class(value)
+    return None
+
+
+class TorchState(_elastic.ObjectState):
+    """The elastic state of a torch training script: ``TorchState(model, optimizer,
+    sampler=..., scheduler=..., epoch=0, ...)``; every keyword becomes an attribute.
+    Attributes of a type with a handler (modules, optimizers, LR schedulers,
+    ElasticSamplers, and what register_handler adds) are kept by it; the rest as
+    ObjectState keeps them (deep-copied, broadcast from rank 0 on sync). Assigning a
+    new object to a handled attribute snapshots it."""
+
+    def __init__(self, model=None, optimizer=None, **kwargs):
+        kwargs.update(model=model, optimizer=optimizer)
+        handlers, plain = {}, {}
+        for name, value in kwargs.items():
+            handler = _handler_for(value)
+            if handler is not None:
+                handlers[name] = handler
+            else:
+                plain[name] = value
+        self.__dict__["_handlers"] = handlers
+        for name, handler in handlers.items():
+            self.__dict__[name] = handler.value
+        super().__init__(bcast_object=broadcast_object, get_rank=_er.rank, **plain)
+        self.__dict__["_constructed"] = True
+
+    def __setattr__(self, name, value):
+        handlers = self.__dict__.get("_handlers", {})
+        if name in handlers:
+            handlers[name].set_value(value)
+        super().__setattr__(name, value)
+
+    def save(self):
+        """Snapshots every attribute: first the handlers' gathers (collectives), then the
+        local copies. At construction (ObjectState's first save) only the local copies:
+        a worker added later constructs its state while the others are syncing."""
+        if self.__dict__.get("_constructed"):
+            for handler in self._handlers.values():
+                handler.gather()
+        self._save_local()
+
+    def _save_local(self):
+        for handler in self._handlers.values():
+            handler.save()
+        super().save()
+
+    def restore(self):
+        for handler in self._handlers.values():
+            handler.restore()
+        super().restore()
+
+    def sync(self):
+        for handler in self._handlers.values():
+            handler.sync()
+        super().sync()
+        self._save_local()
+

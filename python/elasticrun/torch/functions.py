@@ -1,0 +1,125 @@
+"""Broadcasting a model's and an optimizer's state, and Python objects (Horovod's
+horovod.torch.functions)."""
+import torch
+
+import elasticrun as _er
+from elasticrun.torch import ops
+
+__all__ = ["broadcast_parameters", "broadcast_optimizer_state", "broadcast_object", "allgather_object"]
+
+# Tensors are broadcast in fused groups of at most this many bytes (one collective per
+# group instead of one per tensor: a model's state dict has hundreds of small tensors).
+_FUSE_BYTES = 64 << 20
+
+
+def _tensors_of(params):
+    if isinstance(params, dict):
+        return [t for _, t in sorted(params.items(), key=lambda kv: str(kv[0]))]
+    out = []
+    for p in params:
+        out.append(p[1] if isinstance(p, tuple) else p)
+    return out
+
+
+def _groups(tensors):
+    """Consecutive tensors of one type, at most _FUSE_BYTES a group."""
+    group, size = [], 0
+    for t in tensors:
+        nbytes = t.numel() * t.element_size()
+        if group and (t.dtype != group[0].dtype or size + nbytes > _FUSE_BYTES):
+            yield group
+            group, size = [], 0
+        group.append(t)
+        size += nbytes
+    if group:
+        yield group
+
+
+def broadcast_parameters(params, root_rank=0):
+    """Overwrites, in place, every tensor of `params` with root_rank's: a state_dict or
+    dict of name -> tensor (taken in sorted name order, as Horovod does), a list of
+    (name, tensor) pairs such as model.named_parameters(), or a list of tensors. Every
+    rank must pass the same structure. Tensors of one type are fused into one buffer per
+    ~64 MiB (one collective each, not one per tensor)."""
+    tensors = [t.detach() for t in _tensors_of(params) if t is not None]
+    for t in tensors:
+        ops._code(t, "broadcast_parameters")
+    for group in _groups(tensors):
+        if len(group) == 1:
+            ops.broadcast_(group[0], root_rank)
+            continue
+        flat = torch.cat([t.reshape(-1) for t in group])
+        ops.broadcast_(flat, root_rank)
+        at = 0
+        for t in group:
+            n = t.numel()
+            t.copy_(flat[at:at + n].view_as(t))
+            at += n
+
+
+class _Slot:
+    """Stands for tensor number `index` of a broadcast structure."""
+
+    def __init__(self, index, shape, dtype):
+        self.index, self.shape, self.dtype = index, shape, dtype
+
+
+def _split(obj, tensors):
+    """obj with every tensor replaced by a _Slot; the tensors appended to `tensors`."""
+    if isinstance(obj, torch.Tensor):
+        tensors.append(obj)
+        return _Slot(len(tensors) - 1, tuple(obj.shape), obj.dtype)
+    if isinstance(obj, dict):
+        return {k: _split(v, tensors) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_split(v, tensors) for v in obj)
+    return obj
+
+
+def _join(obj, tensors):
+    if isinstance(obj, _Slot):
+        return tensors[obj.index]
+    if isinstance(obj, dict):
+        return {k: _join(v, tensors) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_join(v, tensors) for v in obj)
+    return obj
+
+
+def broadcast_optimizer_state(optimizer, root_rank=0):
+    """Makes every rank's `optimizer` state (per-parameter state such as momentum
+    buffers, and the param groups' hyper-parameters such as lr) root_rank's. The
+    structure travels pickled, the tensors in place and fused; a rank whose optimizer
+    has not stepped yet (no state) receives the root's state all the same."""
+    me = _er.rank()
+    tensors = []
+    structure = _split(optimizer.state_dict(), tensors) if me == root_rank else None
+    structure = _er.broadcast_object(structure, root_rank)
+    if me != root_rank:
+        slots = []
+        _collect_slots(structure, slots)
+        tensors = [torch.empty(s.shape, dtype=s.dtype) for s in sorted(slots, key=lambda s: s.index)]
+    broadcast_parameters(tensors, root_rank)
+    if me != root_rank:
+        optimizer.load_state_dict(_join(structure, tensors))
+
+
+def _collect_slots(obj, out):
+    if isinstance(obj, _Slot):
+        out.append(obj)
+    elif isinstance(obj, dict):
+        for v in obj.values():
+            _collect_slots(v, out)
+    elif isinstance(obj, (list, tuple)):
+        for v in obj:
+            _collect_slots(v, out)
+
+
+def broadcast_object(obj, root_rank=0, name=None):
+    """Returns root_rank's `obj` (any picklable object, tensors included) on every rank."""
+    return _er.broadcast_object(obj, root_rank)
+
+
+def allgather_object(obj, name=None):
+    """Returns the list of every rank's `obj` (picklable), in rank order."""
+    return _er.allgather_object(obj)

@@ -1,0 +1,473 @@
+"""Horovod's collectives on torch CPU tensors, over elasticrun._core.
+
+Contiguous tensors are passed to the library by their data pointer, without a copy. A
+non-contiguous tensor is copied, as Horovod does: the out-of-place forms reduce a
+contiguous copy; the in-place forms (``allreduce_``, ``broadcast_`` and their async
+variants) reduce a contiguous copy and write it back into the caller's tensor when the
+operation completes (in ``synchronize()`` for a handle, so a handle must be
+synchronized for the result to land). Element types: float16, bfloat16, float32,
+float64, int8, uint8, int32, int64; any other (bool, int16, complex ...) is a
+TypeError, as is a tensor that is not on the CPU.
+
+Unlike Horovod there is no negotiation by name: every rank must issue the same
+collectives in the same order (``name`` is accepted and ignored). Asynchronous ones run
+in issue order on the library's engine thread; a synchronous one waits for those issued
+before it. Calling a collective before ``init()`` raises ElasticrunError ("not
+initialised").
+"""
+import math
+
+import torch
+
+import elasticrun as _er
+from elasticrun import _core
+
+__all__ = [
+    "Handle", "Sum", "Average", "Min", "Max", "Product", "Adasum", "allreduce", "allreduce_", "allreduce_async",
+    "allreduce_async_", "grouped_allreduce", "grouped_allreduce_", "broadcast", "broadcast_", "broadcast_async",
+    "broadcast_async_", "allgather", "allgather_async", "alltoall", "reducescatter", "barrier", "join", "poll",
+    "synchronize",
+]
+
+Sum = _er.Sum
+Average = _er.Average
+Min = _er.Min
+Max = _er.Max
+Product = _er.Product
+_OPS = (Sum, Average, Min, Max, Product)
+
+
+class _Unsupported:
+    """An op Horovod has and elasticrun has not: using it raises NotImplementedError."""
+
+    def __init__(self, name):
+        self.name = name
+
+    def __repr__(self):
+        return self.name
+
+
+Adasum = _Unsupported("Adasum")
+
+_NAMES = {
+    torch.float16: "f16", torch.bfloat16: "bf16", torch.float32: "f32", torch.float64: "f64",
+    torch.int8: "i8", torch.uint8: "u8", torch.int32: "i32", torch.int64: "i64",
+}
+_HAS_CHECK = "check" in (_core.ptr_collective.__doc__ or "")
+
+
+def _code(tensor, what):
+    """The library's code for the tensor's element type; TypeError for what it cannot take."""
+    if not isinstance(tensor, torch.Tensor):
+        raise TypeError(f"{what}: expected a torch.Tensor, got {type(tensor).__name__}")
+    if tensor.device.type != "cpu":
+        raise TypeError(f"{what}: the tensor is on {tensor.device}; elasticrun.torch takes CPU tensors")
+    name = _NAMES.get(tensor.dtype)
+    if name is None:
+        raise TypeError(f"{what}: element type {tensor.dtype} is not supported "
+                        f"(supported: {', '.join(str(t) for t in _NAMES)})")
+    return _core.DTYPES[name]
+
+
+def _op_of(op, average=None, default=Average):
+    """Horovod's op/average arguments as one of the library's ops."""
+    if op is not None and average is not None:
+        raise ValueError("pass either op or average, not both (average is deprecated)")
+    if op is None:
+        op = default if average is None else (Average if average else Sum)
+    if isinstance(op, _Unsupported):
+        raise NotImplementedError(f"{op.name} is not supported by elasticrun; use Average or Sum")
+    if op not in _OPS:
+        raise ValueError(f"unknown op {op!r}: use Sum, Average, Min, Max or Product")
+    return op
+
+
+def _check_scale(tensor, prescale_factor, postscale_factor, what):
+    if (prescale_factor != 1.0 or postscale_factor != 1.0) and not tensor.dtype.is_floating_point:
+        raise TypeError(f"{what}: prescale_factor and postscale_factor need a floating-point tensor, not {tensor.dtype}")
+
+
+def _shape_check():
+    f = getattr(_core, "shape_check", None)
+    return bool(f()) if f is not None else False
+
+
+def _issue(kind, inp, out, count, code, op=Sum, root=0, pre=1.0, post=1.0, async_=False, keep=None, check=None):
+    """One raw-pointer collective; the caller keeps the tensors alive (keep= for async)."""
+    kw = {"check": _shape_check() if check is None else check} if _HAS_CHECK else {}
+    return _core.ptr_collective(kind, inp.data_ptr() if inp is not None else 0, out.data_ptr(), count, code, op,
+                                root, pre, post, async_, keep, **kw)
+
+
+class Handle:
+    """A pending collective: ``synchronize(handle)`` (or ``handle.wait()``) returns its
+    result; ``poll(handle)`` says whether it completed. A handle that is dropped
+    unsynchronized waits for its collective, but an in-place one on a non-contiguous
+    tensor then never writes its result back."""
+
+    __slots__ = ("_core", "_finish", "_result", "_done")
+
+    def __init__(self, core_handle, finish):
+        self._core = core_handle
+        self._finish = finish
+        self._result = None
+        self._done = False
+
+    def poll(self):
+        """True once the collective completed (synchronize then does not block)."""
+        return self._done or self._core is None or self._core.poll()
+
+    def wait(self, timeout=None):
+        """Waits (GIL released; at most `timeout` seconds when given, then
+        ElasticTimeoutError) and returns the result; raises the collective's error."""
+        if not self._done:
+            if self._core is not None:
+                self._core.wait(timeout)
+            self._result = self._finish()
+            self._done, self._core, self._finish = True, None, None
+        return self._result
+
+
+def _run(async_, core_handle, finish):
+    return Handle(core_handle, finish) if async_ else finish()
+
+
+def poll(handle):
+    """True once the asynchronous operation of `handle` completed."""
+    return handle.poll()
+
+
+def synchronize(handle):
+    """Waits for the asynchronous operation of `handle` and returns its output tensor."""
+    return handle.wait()
+
+
+# ---- allreduce ----------------------------------------------------------------------
+
+def _allreduce(tensor, op, pre, post, compression, async_, what):
+    """Out of place: a new tensor (the input compressed, reduced, decompressed)."""
+    code = _code(tensor, what)
+    _check_scale(tensor, pre, post, what)
+    src, cctx = compression.compress(tensor.detach())
+    src = src.contiguous()
+    out = torch.empty_like(src, memory_format=torch.contiguous_format)
+    h = _issue("allreduce", src, out, src.numel(), _code(src, what) if src.dtype != tensor.dtype else code, op,
+               pre=pre, post=post, async_=async_, keep=(src, out))
+    return _run(async_, h, lambda: compression.decompress(out, cctx).view(tensor.shape))
+
+
+def _allreduce_inplace(tensor, op, pre, post, async_, what):
+    code = _code(tensor, what)
+    _check_scale(tensor, pre, post, what)
+    t = tensor.detach()
+    buf = t if t.is_contiguous() else t.contiguous()
+    h = _issue("allreduce", buf, buf, buf.numel(), code, op, pre=pre, post=post, async_=async_, keep=buf)
+
+    def finish():
+        if buf is not t:
+            t.copy_(buf)
+        return tensor
+
+    return _run(async_, h, finish)
+
+
+class _AllreduceFn(torch.autograd.Function):
+    """allreduce with a gradient: the gradient is allreduced the same way."""
+
+    @staticmethod
+    def forward(ctx, tensor, op, pre, post, compression):
+        ctx.args = (op, pre, post)
+        return _allreduce(tensor, op, pre, post, compression, False, "allreduce")
+
+    @staticmethod
+    def backward(ctx, grad):
+        op, pre, post = ctx.args
+        from elasticrun.torch.compression import Compression
+        return _allreduce(grad, op, pre, post, Compression.none, False, "allreduce (backward)"), None, None, None, None
+
+
+def _none_compression():
+    from elasticrun.torch.compression import Compression
+    return Compression.none
+
+
+def allreduce(tensor, average=None, name=None, compression=None, op=None, prescale_factor=1.0,
+              postscale_factor=1.0):
+    """Returns a new tensor: `tensor` reduced over every rank with `op` (default
+    Average; ``average=True/False`` is Horovod's older spelling of Average/Sum). The
+    input is multiplied by `prescale_factor` before and the result by
+    `postscale_factor` after the reduction (floating-point tensors only). `compression`
+    (``Compression.fp16``) chooses the type on the wire. Integer Average truncates
+    toward zero. Differentiable: the gradient is allreduced with the same op."""
+    op = _op_of(op, average)
+    compression = compression or _none_compression()
+    if tensor.requires_grad and torch.is_grad_enabled():
+        _code(tensor, "allreduce")
+        return _AllreduceFn.apply(tensor, op, prescale_factor, postscale_factor, compression)
+    return _allreduce(tensor, op, prescale_factor, postscale_factor, compression, False, "allreduce")
+
+
+def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0):
+    """As allreduce, asynchronously: returns a Handle whose synchronize() gives the new
+    tensor. `tensor` must not change until then."""
+    return _allreduce(tensor, _op_of(op, average), prescale_factor, postscale_factor, _none_compression(), True,
+                      "allreduce_async")
+
+
+def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0):
+    """As allreduce, in place: `tensor` receives the result and is returned."""
+    return _allreduce_inplace(tensor, _op_of(op, average), prescale_factor, postscale_factor, False, "allreduce_")
+
+
+def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0):
+    """As allreduce_, asynchronously: returns a Handle; synchronize() returns `tensor`."""
+    return _allreduce_inplace(tensor, _op_of(op, average), prescale_factor, postscale_factor, True,
+                              "allreduce_async_")
+
+
+def grouped_allreduce(tensors, average=None, name=None, compression=None, op=None, prescale_factor=1.0,
+                      postscale_factor=1.0):
+    """allreduce of each tensor of the list (issued together); returns the new tensors."""
+    op = _op_of(op, average)
+    compression = compression or _none_compression()
+    handles = [_allreduce(t, op, prescale_factor, postscale_factor, compression, True, "grouped_allreduce")
+               for t in tensors]
+    return [h.wait() for h in handles]
+
+
+def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0):
+    """allreduce_ of each tensor of the list (issued together); returns the list."""
+    op = _op_of(op, average)
+    handles = [_allreduce_inplace(t, op, prescale_factor, postscale_factor, True, "grouped_allreduce_")
+               for t in tensors]
+    return [h.wait() for h in handles]
+
+
+# ---- broadcast ----------------------------------------------------------------------
+
+def _broadcast(tensor, root_rank, inplace, async_, what):
+    code = _code(tensor, what)
+    t = tensor.detach()
+    if inplace:
+        buf = t if t.is_contiguous() else t.contiguous()
+    else:
+        buf = t.clone(memory_format=torch.contiguous_format)
+
+    def finish():
+        if not inplace:
+            return buf
+        if buf is not t:
+            t.copy_(buf)
+        return tensor
+
+    h = _issue("broadcast", None, buf, buf.numel(), code, root=root_rank, async_=async_, keep=buf)
+    return _run(async_, h, finish)
+
+
+class _BroadcastFn(torch.autograd.Function):
+    """broadcast with a gradient: the gradients of every rank summed, on the root only."""
+
+    @staticmethod
+    def forward(ctx, tensor, root_rank):
+        ctx.root_rank = root_rank
+        return _broadcast(tensor, root_rank, False, False, "broadcast")
+
+    @staticmethod
+    def backward(ctx, grad):
+        g = _allreduce(grad, Sum, 1.0, 1.0, _none_compression(), False, "broadcast (backward)")
+        if _er.rank() != ctx.root_rank:
+            g = torch.zeros_like(g)
+        return g, None
+
+
+def broadcast(tensor, root_rank, name=None):
+    """Returns a new tensor holding root_rank's `tensor` (same shape and type on every
+    rank). Differentiable, as in Horovod."""
+    if tensor.requires_grad and torch.is_grad_enabled():
+        _code(tensor, "broadcast")
+        return _BroadcastFn.apply(tensor, root_rank)
+    return _broadcast(tensor, root_rank, False, False, "broadcast")
+
+
+def broadcast_(tensor, root_rank, name=None):
+    """Overwrites `tensor` with root_rank's, in place; returns it."""
+    return _broadcast(tensor, root_rank, True, False, "broadcast_")
+
+
+def broadcast_async(tensor, root_rank, name=None):
+    """As broadcast, asynchronously: a Handle whose synchronize() gives the new tensor."""
+    return _broadcast(tensor, root_rank, False, True, "broadcast_async")
+
+
+def broadcast_async_(tensor, root_rank, name=None):
+    """As broadcast_, asynchronously: a Handle whose synchronize() returns `tensor`."""
+    return _broadcast(tensor, root_rank, True, True, "broadcast_async_")
+
+
+# ---- allgather ----------------------------------------------------------------------
+
+def _allgather(tensor, async_, what):
+    # The library's buffer path does the uneven first dimension (the ranks agree on the
+    # row shape and type first). bfloat16 travels as float16 of the same bits: an
+    # allgather only moves bytes.
+    _code(tensor, what)
+    t = tensor.detach()
+    t = (t.reshape(1) if t.dim() == 0 else t).contiguous()
+    arr = (t.view(torch.float16) if t.dtype == torch.bfloat16 else t).numpy()
+
+    def to_tensor(a):
+        out = torch.from_numpy(a)
+        return out.view(torch.bfloat16) if tensor.dtype == torch.bfloat16 else out
+
+    if async_:
+        h = _core.allgather(arr, True)
+        return _GatherHandle(h, to_tensor)
+    return to_tensor(_core.allgather(arr, False))
+
+
+class _GatherHandle(Handle):
+    """A Handle whose core handle returns the array the result is made of."""
+
+    __slots__ = ("_convert",)
+
+    def __init__(self, core_handle, convert):
+        super().__init__(core_handle, None)
+        self._convert = convert
+
+    def wait(self, timeout=None):
+        if not self._done:
+            self._result = self._convert(self._core.wait(timeout))
+            self._done, self._core = True, None
+        return self._result
+
+
+class _AllgatherFn(torch.autograd.Function):
+    """allgather with a gradient: the summed gradient's rows of this rank."""
+
+    @staticmethod
+    def forward(ctx, tensor):
+        ctx.rows = tensor.shape[0] if tensor.dim() else 1
+        return _allgather(tensor, False, "allgather")
+
+    @staticmethod
+    def backward(ctx, grad):
+        g = _allreduce(grad, Sum, 1.0, 1.0, _none_compression(), False, "allgather (backward)")
+        rows = _allgather(torch.tensor([ctx.rows], dtype=torch.int64), False, "allgather (backward)")
+        start = int(rows[:_er.rank()].sum())
+        return g.narrow(0, start, ctx.rows)
+
+
+def allgather(tensor, name=None):
+    """Returns the concatenation of every rank's `tensor` along the first dimension, in
+    rank order. The first dimension may differ between ranks, the rest of the shape and
+    the type may not (ElasticrunError on every rank). A 0-d tensor counts as one row.
+    Differentiable, as in Horovod."""
+    if tensor.requires_grad and torch.is_grad_enabled() and tensor.dim() > 0:
+        _code(tensor, "allgather")
+        return _AllgatherFn.apply(tensor)
+    return _allgather(tensor, False, "allgather")
+
+
+def allgather_async(tensor, name=None):
+    """As allgather, asynchronously: a Handle whose synchronize() gives the new tensor."""
+    return _allgather(tensor, True, "allgather_async")
+
+
+# ---- reducescatter and alltoall -------------------------------------------------------
+
+def _row_split(rows, n):
+    """Horovod's split of `rows` over n ranks: the first rows % n ranks get one more."""
+    base, extra = divmod(rows, n)
+    return [base + (1 if r < extra else 0) for r in range(n)]
+
+
+def reducescatter(tensor, name=None, compression=None, op=None, prescale_factor=1.0, postscale_factor=1.0):
+    """Reduces `tensor` over every rank with `op` (default Average) and returns this
+    rank's rows of the result: the first dimension is split as evenly as it goes, the
+    first ``rows % size()`` ranks getting one row more. An uneven split is padded to the
+    largest share (a copy); an even one is reduced without copying."""
+    op = _op_of(op, None)
+    compression = compression or _none_compression()
+    _code(tensor, "reducescatter")
+    _check_scale(tensor, prescale_factor, postscale_factor, "reducescatter")
+    if tensor.dim() == 0:
+        raise ValueError("reducescatter: the tensor needs at least one dimension")
+    n = _er.size()
+    t = tensor.detach()
+    if prescale_factor != 1.0:
+        t = t * prescale_factor
+    src, cctx = compression.compress(t)
+    src = src.contiguous()
+    rows = src.shape[0]
+    split = _row_split(rows, n)
+    most = split[0]
+    if rows != most * n:  # pad each rank's block to `most` rows
+        padded = src.new_zeros((most * n,) + tuple(src.shape[1:]))
+        at = 0
+        for r, k in enumerate(split):
+            padded[r * most:r * most + k] = src[at:at + k]
+            at += k
+        src = padded
+    out = src.new_empty((most,) + tuple(src.shape[1:]))
+    _issue("reduce_scatter", src, out, out.numel(), _code(src, "reducescatter"), op)
+    out = compression.decompress(out[:split[_er.rank()]], cctx)
+    if postscale_factor != 1.0:
+        out.mul_(postscale_factor)
+    return out
+
+
+def alltoall(tensor, splits=None, name=None):
+    """Sends rows of `tensor` to every rank: without `splits`, the first dimension in
+    size() equal blocks, block j to rank j, and returns the rows received, in rank order.
+    With `splits` (size() row counts summing to the first dimension) returns
+    ``(output, received_splits)`` as Horovod does; uneven splits are padded to the
+    largest block for the wire (one small allgather of the splits first)."""
+    code = _code(tensor, "alltoall")
+    n = _er.size()
+    t = tensor.detach().contiguous()
+    if t.dim() == 0:
+        raise ValueError("alltoall: the tensor needs at least one dimension")
+    rows, row = t.shape[0], math.prod(t.shape[1:])
+    if splits is None:
+        if rows % n:
+            raise ValueError(f"alltoall: the first dimension ({rows}) must be a multiple of size() ({n})")
+        out = torch.empty_like(t)
+        _issue("alltoall", t, out, (rows // n) * row, code)
+        return out
+    splits = torch.as_tensor(splits, dtype=torch.int64).reshape(-1)
+    if splits.numel() != n or int(splits.sum()) != rows or bool((splits < 0).any()):
+        raise ValueError(f"alltoall: splits must be {n} non-negative counts summing to {rows}, got {splits.tolist()}")
+    every = torch.empty(n * n, dtype=torch.int64)  # every[i*n + j]: rows rank i sends rank j
+    _issue("allgather", splits, every, n, _core.DTYPES["i64"])
+    every = every.view(n, n)
+    most = int(every.max())
+    me = _er.rank()
+    recv = every[:, me].clone()
+    send = t.new_zeros((n * most,) + tuple(t.shape[1:]))
+    at = 0
+    for j, k in enumerate(splits.tolist()):
+        send[j * most:j * most + k] = t[at:at + k]
+        at += k
+    got = torch.empty_like(send)
+    if most:
+        _issue("alltoall", send, got, most * row, code)
+    parts = [got[i * most:i * most + int(recv[i])] for i in range(n)]
+    return torch.cat(parts) if parts else got[:0], recv.to(torch.int32)
+
+
+# ---- barrier and join -----------------------------------------------------------------
+
+def barrier():
+    """Returns once every rank has called it (after this rank's pending collectives)."""
+    _er.barrier()
+
+
+def join(device=-1):
+    """Horovod's join, reduced to what a negotiation-free library can do: every rank
+    must call it at the same point; it waits for this rank's pending collectives, then
+    acts as a barrier. Ranks that joined do not stand in (with zeros) for collectives
+    the others still issue, as Horovod's do: a rank that runs out of data early must
+    keep issuing the same collectives (e.g. with a zero-weight batch). Returns -1
+    (Horovod returns the last rank to join; no rank is distinguished here)."""
+    _er.barrier()
+    return -1

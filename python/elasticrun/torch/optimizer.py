@@ -1,0 +1,249 @@
+"""DistributedOptimizer: Horovod's wrapper that averages gradients over every rank while
+backward() is still running.
+
+How it works. The parameters are cut once, at construction, into buckets of about
+`bucket_cap_mb` (25 MiB) of one element type each, in reverse registration order: the
+order in which backward() usually produces gradients. The order is the same on every
+rank by construction, so the ranks need no negotiation round to agree on what to reduce
+next (Horovod negotiates by tensor name on every step). A hook on each parameter's
+gradient accumulator counts the backward passes; when a parameter's gradient is final
+(after `backward_passes_per_step` passes) it is ready, and when every parameter of the
+next bucket in order is ready, its gradients are copied into the bucket's flat buffer
+and the buffer's allreduce is issued asynchronously: it runs on the library's engine
+thread, with the GIL released, while backward() goes on computing earlier layers.
+step() (or synchronize()) issues the buckets still missing (a parameter without a
+gradient contributes zeros, and gets a zero gradient, as in Horovod), waits for all of
+them in order and copies the averages back into the gradients.
+
+The hooks reduce even when size() is 1: in an elastic job the world may grow again, and
+every rank must issue the same collectives.
+"""
+import contextlib
+import warnings
+
+import torch
+
+from elasticrun.torch import ops
+from elasticrun.torch.compression import Compression
+
+__all__ = ["DistributedOptimizer"]
+
+
+class _Bucket:
+    """Parameters whose gradients are reduced together, flattened into `buffer`."""
+
+    __slots__ = ("params", "offsets", "buffer", "ready", "pending")
+
+    def __init__(self, params):
+        self.params = params
+        self.offsets = []
+        at = 0
+        for p in params:
+            self.offsets.append(at)
+            at += p.numel()
+        self.buffer = torch.empty(at, dtype=params[0].dtype)
+        self.ready = 0
+        self.pending = None  # (handle, sent tensor, compression context) once issued
+
+
+def _buckets_of(params, cap_bytes):
+    """Consecutive parameters of one type, at most cap_bytes a bucket (a larger
+    parameter has a bucket of its own)."""
+    buckets, group, size = [], [], 0
+    for p in params:
+        nbytes = p.numel() * p.element_size()
+        if group and (p.dtype != group[0].dtype or size + nbytes > cap_bytes):
+            buckets.append(_Bucket(group))
+            group, size = [], 0
+        group.append(p)
+        size += nbytes
+    if group:
+        buckets.append(_Bucket(group))
+    return buckets
+
+
+class _DistributedOptimizer:
+    """The methods that DistributedOptimizer adds to a subclass of the user's optimizer
+    class (so isinstance(opt, torch.optim.SGD) still holds)."""
+
+    def __init__(self, params, base, named_parameters, compression, backward_passes_per_step, op,
+                 gradient_predivide_factor, bucket_cap_mb):
+        base.__init__(self, params)
+        self._er_base = base
+        self._compression = compression
+        self._passes = backward_passes_per_step
+        self._op = op
+        self._predivide = gradient_predivide_factor
+        self._should_synchronize = True
+        self._synchronized = False
+        self._checked = False
+        ordered = [p for group in self.param_groups for p in group["params"] if p.requires_grad]
+        _check_names(ordered, named_parameters)
+        self._buckets = _buckets_of(list(reversed(ordered)), int(bucket_cap_mb * (1 << 20)))
+        self._delay = {}
+        self._grad_accs = []
+        for bi, b in enumerate(self._buckets):
+            for p in b.params:
+                self._delay[p] = backward_passes_per_step
+                self._register_hook(p, bi)
+        self._next = 0  # the first bucket not issued yet
+
+    def _register_hook(self, p, bucket_index):
+        # The accumulator's hook runs once p.grad holds this pass's gradient.
+        acc = p.expand_as(p).grad_fn.next_functions[0][0]
+        acc.register_hook(self._make_hook(p, bucket_index))
+        self._grad_accs.append(acc)  # keeps the accumulator (and its hook) alive
+
+    def _make_hook(self, p, bucket_index):
+        def hook(*_):
+            left = self._delay[p]
+            if left <= 0:
+                raise AssertionError("Gradients were computed more than backward_passes_per_step times before "
+                                     "step(): increase backward_passes_per_step to accumulate gradients locally")
+            self._delay[p] = left - 1
+            if left == 1:
+                self._buckets[bucket_index].ready += 1
+                self._issue_ready()
+
+        return hook
+
+    def _issue_ready(self):
+        """Issues, in order, the buckets whose parameters all have final gradients."""
+        while self._next < len(self._buckets):
+            b = self._buckets[self._next]
+            if b.ready < len(b.params):
+                return
+            self._issue(b)
+            self._next += 1
+
+    def _issue(self, b):
+        for p, at in zip(b.params, b.offsets):
+            part = b.buffer[at:at + p.numel()]
+            if p.grad is None:
+                part.zero_()
+            else:
+                part.copy_(p.grad.detach().reshape(-1))
+        sent, cctx = self._compression.compress(b.buffer)
+        sent = sent.contiguous()
+        if self._op == ops.Average:
+            pre, post = 1.0 / self._predivide, self._predivide
+        else:
+            pre = post = 1.0
+        # The first step after construction or a reset checks that every rank's buckets
+        # agree (count and type); later steps skip that round trip.
+        h = ops._issue("allreduce", sent, sent, sent.numel(), ops._code(sent, "DistributedOptimizer"), self._op,
+                       pre=pre, post=post, async_=True, keep=sent, check=not self._checked)
+        b.pending = (h, sent, cctx)
+
+    def synchronize(self):
+        """Issues what backward() has not, waits for every bucket and writes the averaged
+        gradients into the parameters' .grad. Called by step() unless inside
+        skip_synchronize(); call it yourself to clip or inspect the averaged gradients."""
+        try:
+            for b in self._buckets[self._next:]:
+                for p in b.params:
+                    if p.grad is None:
+                        p.grad = torch.zeros_like(p)
+                self._issue(b)
+            self._next = len(self._buckets)
+            for b in self._buckets:
+                h, sent, cctx = b.pending
+                h.wait()
+                out = self._compression.decompress(sent, cctx)
+                for p, at in zip(b.params, b.offsets):
+                    p.grad.copy_(out[at:at + p.numel()].view_as(p.grad))
+        except BaseException:
+            self._er_reset()  # a failed step leaves nothing half-issued behind
+            raise
+        self._checked = True
+        self._clear()
+        self._synchronized = True
+
+    def _clear(self):
+        for b in self._buckets:
+            b.ready, b.pending = 0, None
+        for p in self._delay:
+            self._delay[p] = self._passes
+        self._next = 0
+
+    def _er_reset(self):
+        """Forgets the step in progress (after a failure or a membership change): the
+        next step starts from scratch and checks the buckets again."""
+        self._clear()
+        self._checked = False
+        self._synchronized = False
+
+    @contextlib.contextmanager
+    def skip_synchronize(self):
+        """Inside it, step() does not synchronize: for ``synchronize(); clip; step()``."""
+        self._should_synchronize = False
+        try:
+            yield
+        finally:
+            self._should_synchronize = True
+
+    def step(self, closure=None):
+        """Synchronizes (unless skip_synchronize()), then the wrapped optimizer's step."""
+        if self._should_synchronize:
+            if self._synchronized:
+                warnings.warn("optimizer.step() called without optimizer.skip_synchronize() after "
+                              "optimizer.synchronize(): the gradients are reduced twice")
+            self.synchronize()
+        self._synchronized = False
+        return self._er_base.step(self, closure)
+
+    def zero_grad(self, *args, **kwargs):
+        """The wrapped optimizer's zero_grad; an error while reductions are pending."""
+        if any(b.pending is not None for b in self._buckets):
+            raise AssertionError("optimizer.zero_grad() was called after loss.backward() but before "
+                                 "optimizer.step() or optimizer.synchronize()")
+        return self._er_base.zero_grad(self, *args, **kwargs)
+
+
+def _check_names(params, named_parameters):
+    if named_parameters is None:
+        return
+    named = list(named_parameters)
+    names = [n for n, _ in named]
+    if len(set(names)) != len(names):
+        dups = sorted({n for n in names if names.count(n) > 1})
+        raise ValueError(f"named_parameters has duplicate names: {', '.join(dups)}")
+    known = {id(p) for _, p in named}
+    missing = sum(1 for p in params if id(p) not in known)
+    if missing:
+        raise ValueError(f"named_parameters misses {missing} of the optimizer's parameters")
+
+
+def DistributedOptimizer(optimizer, named_parameters=None, compression=Compression.none, backward_passes_per_step=1,
+                         op=ops.Average, gradient_predivide_factor=1.0, bucket_cap_mb=25):
+    """Wraps `optimizer` so that step() applies gradients averaged (op=Average) or
+    summed (op=Sum) over every rank, reduced in fixed-order buckets of about
+    `bucket_cap_mb` MiB while backward() runs (see the module's docstring).
+
+    - `named_parameters`: the model's named_parameters(), checked for duplicate names and
+      coverage (names are not needed otherwise: there is no negotiation by name).
+    - `compression`: Compression.none or Compression.fp16 (floats sent as float16), or
+      any Compressor.
+    - `backward_passes_per_step`: backward passes accumulated locally before a step; the
+      gradients are summed over them, not averaged (scale the loss for a mean).
+    - `gradient_predivide_factor`: with Average, gradients are divided by this before
+      the sum and by size()/factor after it.
+
+    Returns an instance of a subclass of the optimizer's class, built from its
+    param_groups (and carrying its state, if it has any). Adasum is not supported.
+    """
+    op = ops._op_of(op)
+    if op not in (ops.Average, ops.Sum):
+        raise ValueError("DistributedOptimizer: op must be Average or Sum")
+    if gradient_predivide_factor != 1.0 and op != ops.Average:
+        raise ValueError("gradient_predivide_factor needs op=Average")
+    if backward_passes_per_step < 1:
+        raise ValueError("backward_passes_per_step must be at least 1")
+    base = optimizer.__class__
+    methods = {k: v for k, v in _DistributedOptimizer.__dict__.items() if k not in ("__dict__", "__weakref__")}
+    cls = type(base.__name__, (base,), methods)
+    opt = cls(optimizer.param_groups, base, named_parameters, compression, backward_passes_per_step, op,
+              gradient_predivide_factor, bucket_cap_mb)
+    if optimizer.state:
+        opt.load_state_dict(optimizer.state_dict())
+    return opt
