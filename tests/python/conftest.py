@@ -14,6 +14,12 @@ integration = importlib.util.module_from_spec(_spec)
 sys.modules["integration_conftest"] = integration
 _spec.loader.exec_module(integration)
 
+_spec = importlib.util.spec_from_file_location("invariant", Path(__file__).resolve().parents[1] / "integration" /
+                                               "invariant.py")
+_invariant = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_invariant)
+check_commits = _invariant.check_commits
+
 job = integration.job
 BUILD = integration.BUILD
 ROOT = integration.ROOT
@@ -35,3 +41,38 @@ def run_python(job, np_args, script, *args, timeout=120, env=None):
     """Runs `script` (a path) as every worker of `elasticrun <np_args>` and returns the
     CompletedProcess; PYTHONPATH carried to the workers with -x."""
     return job.run(["-x", "PYTHONPATH", *np_args, PYTHON, script, *args], timeout=timeout, env=python_env(env))
+
+
+def start_python(job, np_args, script, *args, env=None):
+    """As run_python, started: returns the Popen."""
+    return job.start(["-x", "PYTHONPATH", *np_args, PYTHON, script, *args], env=python_env(env))
+
+
+def discovery_script(tmp_path, lines):
+    """A --host-discovery-script printing the file it returns, which the test rewrites."""
+    hosts = tmp_path / "hosts"
+    hosts.write_text("".join(line + "\n" for line in lines))
+    script = tmp_path / "discover.sh"
+    script.write_text(f"#!/bin/sh\ncat {hosts}\n")
+    script.chmod(0o755)
+    return hosts, script
+
+
+def workers_of(job, script_name, n, timeout=30):
+    """Pids of the job's `n` python workers running `script_name`, by host."""
+    import time
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = {}
+        for pid in our_processes(job.tag):
+            try:
+                cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+                env = Path(f"/proc/{pid}/environ").read_bytes()
+            except OSError:
+                continue
+            if cmd[0].endswith(b"python3") and any(c.endswith(script_name.encode()) for c in cmd):
+                found[env.split(b"ELASTICRUN_HOST=")[1].split(b"\0")[0].decode()] = pid
+        if len(found) >= n:
+            return found
+        time.sleep(0.05)
+    raise AssertionError(f"{n} workers of {script_name} did not start")
