@@ -201,8 +201,8 @@ def allreduce(tensor, average=None, name=None, compression=None, op=None, presca
     toward zero. Differentiable: the gradient is allreduced with the same op."""
     op = _op_of(op, average)
     compression = compression or _none_compression()
+    _code(tensor, "allreduce")
     if tensor.requires_grad and torch.is_grad_enabled():
-        _code(tensor, "allreduce")
         return _AllreduceFn.apply(tensor, op, prescale_factor, postscale_factor, compression)
     return _allreduce(tensor, op, prescale_factor, postscale_factor, compression, False, "allreduce")
 
@@ -283,8 +283,8 @@ class _BroadcastFn(torch.autograd.Function):
 def broadcast(tensor, root_rank, name=None):
     """Returns a new tensor holding root_rank's `tensor` (same shape and type on every
     rank). Differentiable, as in Horovod."""
+    _code(tensor, "broadcast")
     if tensor.requires_grad and torch.is_grad_enabled():
-        _code(tensor, "broadcast")
         return _BroadcastFn.apply(tensor, root_rank)
     return _broadcast(tensor, root_rank, False, False, "broadcast")
 
@@ -307,38 +307,34 @@ def broadcast_async_(tensor, root_rank, name=None):
 # ---- allgather ----------------------------------------------------------------------
 
 def _allgather(tensor, async_, what):
-    # The library's buffer path does the uneven first dimension (the ranks agree on the
-    # row shape and type first). bfloat16 travels as float16 of the same bits: an
-    # allgather only moves bytes.
-    _code(tensor, what)
+    # The ranks first exchange (rows, elements per row, type) in one small allgather, so
+    # that a disagreement is an error on every rank, not a hang; equal shares are then
+    # gathered straight into the result, unequal ones padded to the largest share (a
+    # copy) and compacted. The exchange is synchronous even for allgather_async.
+    code = _code(tensor, what)
     t = tensor.detach()
     t = (t.reshape(1) if t.dim() == 0 else t).contiguous()
-    arr = (t.view(torch.float16) if t.dtype == torch.bfloat16 else t).numpy()
-
-    def to_tensor(a):
-        out = torch.from_numpy(a)
-        return out.view(torch.bfloat16) if tensor.dtype == torch.bfloat16 else out
-
-    if async_:
-        h = _core.allgather(arr, True)
-        return _GatherHandle(h, to_tensor)
-    return to_tensor(_core.allgather(arr, False))
-
-
-class _GatherHandle(Handle):
-    """A Handle whose core handle returns the array the result is made of."""
-
-    __slots__ = ("_convert",)
-
-    def __init__(self, core_handle, convert):
-        super().__init__(core_handle, None)
-        self._convert = convert
-
-    def wait(self, timeout=None):
-        if not self._done:
-            self._result = self._convert(self._core.wait(timeout))
-            self._done, self._core = True, None
-        return self._result
+    n = _er.size()
+    rows, row = t.shape[0], math.prod(t.shape[1:])
+    meta = torch.tensor([rows, row, code], dtype=torch.int64)
+    every = torch.empty(3 * n, dtype=torch.int64)
+    _issue("allgather", meta, every, 3, _core.DTYPES["i64"], check=False)
+    every = every.view(n, 3)
+    if bool((every[:, 1] != row).any()) or bool((every[:, 2] != code).any()):
+        raise _er.ElasticrunError(f"{what}: the ranks' tensors differ beyond the first dimension: "
+                                  f"(rows, elements per row, type code) by rank {every.tolist()}")
+    counts = every[:, 0].tolist()
+    most = max(counts)
+    shape = (sum(counts),) + tuple(t.shape[1:])
+    if all(c == most for c in counts):
+        out = t.new_empty(shape)
+        h = _issue("allgather", t, out, t.numel(), code, async_=async_, keep=(t, out), check=False)
+        return _run(async_, h, lambda: out)
+    send = t.new_zeros((most,) + tuple(t.shape[1:]))
+    send[:rows] = t
+    got = t.new_empty((most * n,) + tuple(t.shape[1:]))
+    h = _issue("allgather", send, got, send.numel(), code, async_=async_, keep=(send, got), check=False)
+    return _run(async_, h, lambda: torch.cat([got[q * most:q * most + c] for q, c in enumerate(counts)]))
 
 
 class _AllgatherFn(torch.autograd.Function):
@@ -362,8 +358,8 @@ def allgather(tensor, name=None):
     rank order. The first dimension may differ between ranks, the rest of the shape and
     the type may not (ElasticrunError on every rank). A 0-d tensor counts as one row.
     Differentiable, as in Horovod."""
+    _code(tensor, "allgather")
     if tensor.requires_grad and torch.is_grad_enabled() and tensor.dim() > 0:
-        _code(tensor, "allgather")
         return _AllgatherFn.apply(tensor)
     return _allgather(tensor, False, "allgather")
 

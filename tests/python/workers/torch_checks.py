@@ -1,0 +1,253 @@
+"""Worker for tests/python/test_torch.py: elasticrun.torch against references every
+rank computes for itself (it knows every rank's input). Prints `FAIL ...` lines and
+`torch_checks <mode>: OK <n> checks`; exit status 1 on any failure."""
+import sys
+
+import torch
+
+import elasticrun.torch as hvd
+
+DTYPES = [torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.int8, torch.uint8, torch.int32,
+          torch.int64]
+OPS = {"sum": hvd.Sum, "avg": hvd.Average, "min": hvd.Min, "max": hvd.Max, "prod": hvd.Product}
+failures = []
+checks = 0
+
+
+def check(ok, what):
+    global checks
+    checks += 1
+    if not ok:
+        failures.append(what)
+        print("FAIL", what, flush=True)
+
+
+def raises(kind, fn, what, text=None):
+    try:
+        fn()
+    except kind as e:
+        check(text is None or text in str(e), f"{what}: message {e!r} lacks {text!r}")
+        return
+    except Exception as e:  # noqa: BLE001 - reported as a failure
+        check(False, f"{what}: raised {type(e).__name__}: {e}, not {kind.__name__}")
+        return
+    check(False, f"{what}: did not raise {kind.__name__}")
+
+
+def input_of(r, n, dtype, op):
+    """Rank r's input: small integers, exact in every type (products of {1, 2} over at
+    most 3 ranks fit in int8; sums of [-5, 5] too)."""
+    i = torch.arange(n)
+    if op == "prod":
+        v = 1 + (i + r) % 2
+    else:
+        v = (i * 7 + r * 3) % 11
+        if dtype != torch.uint8:
+            v = v - 5
+    return v.to(dtype)
+
+
+def reference(op, inputs, dtype):
+    stack = torch.stack([x.to(torch.float64) for x in inputs])
+    if op in ("sum", "avg"):
+        out = stack.sum(0)
+        if op == "avg":
+            out = out / len(inputs)
+            if not dtype.is_floating_point:
+                out = torch.trunc(out)  # the library's integer average truncates toward zero
+    elif op == "min":
+        out = stack.min(0).values
+    elif op == "max":
+        out = stack.max(0).values
+    else:
+        out = stack.prod(0)
+    return out.to(dtype)
+
+
+def same(a, b, dtype, op=None):
+    if a.dtype != b.dtype or a.shape != b.shape:
+        return False
+    if op == "avg" and dtype.is_floating_point:  # one rounding of sum/n may differ by an ulp
+        return torch.allclose(a.to(torch.float64), b.to(torch.float64), rtol=1e-2 if dtype == torch.bfloat16 else 1e-3)
+    return torch.equal(a, b)
+
+
+def mode_allreduce():
+    r, size = hvd.rank(), hvd.size()
+    for dtype in DTYPES:
+        name = str(dtype).replace("torch.", "")
+        for op, code in OPS.items():
+            for n in (1, 17, 5000):
+                inputs = [input_of(q, n, dtype, op) for q in range(size)]
+                want = reference(op, inputs, dtype)
+                what = f"allreduce {name} {op} n={n}"
+                x = inputs[r].clone()
+                got = hvd.allreduce(x, op=code)
+                check(same(got, want, dtype, op), f"{what}: {got[:4]} want {want[:4]}")
+                check(torch.equal(x, inputs[r]), f"{what}: out of place changed its input")
+                y = inputs[r].clone()
+                check(hvd.allreduce_(y, op=code) is y and same(y, want, dtype, op), f"{what} in place")
+                h = hvd.allreduce_async(inputs[r].clone(), op=code)
+                check(same(hvd.synchronize(h), want, dtype, op), f"{what} async")
+                z = inputs[r].clone()
+                h = hvd.allreduce_async_(z, op=code)
+                check(hvd.synchronize(h) is z and same(z, want, dtype, op) and hvd.poll(h), f"{what} async_")
+            # a non-contiguous tensor: a transposed 2-d view, reduced in place through a copy
+            base = torch.stack([input_of(r, 12, dtype, "sum"), input_of(r + 1, 12, dtype, "sum")])  # 2 x 12
+            view = base.t()  # 12 x 2, not contiguous
+            want_t = reference("sum", [torch.stack([input_of(q, 12, dtype, "sum"), input_of(q + 1, 12, dtype, "sum")]).t()
+                                       for q in range(size)], dtype)
+            got = hvd.allreduce(view, op=hvd.Sum)
+            check(got.is_contiguous() and torch.equal(got, want_t), f"allreduce {name} non-contiguous out of place")
+            hvd.allreduce_(view, op=hvd.Sum)
+            check(torch.equal(view, want_t) and torch.equal(base, want_t.t()), f"allreduce_ {name} non-contiguous")
+            view2 = torch.stack([input_of(r, 12, dtype, "sum")] * 2).t()
+            h = hvd.allreduce_async_(view2, op=hvd.Max)
+            hvd.synchronize(h)
+            check(torch.equal(view2, reference("max", [torch.stack([input_of(q, 12, dtype, "sum")] * 2).t()
+                                                        for q in range(size)], dtype)), f"allreduce_async_ {name} non-contiguous")
+        # prescale / postscale (floats); a multi-dimensional shape is kept
+        if dtype.is_floating_point:
+            x = input_of(r, 24, dtype, "sum").view(2, 3, 4)
+            got = hvd.allreduce(x, op=hvd.Sum, prescale_factor=0.5, postscale_factor=4.0)
+            want = reference("sum", [input_of(q, 24, dtype, "sum") for q in range(size)], dtype).view(2, 3, 4) * 2
+            check(got.shape == (2, 3, 4) and torch.allclose(got.double(), want.double()), f"allreduce {name} scaled")
+        else:
+            raises(TypeError, lambda: hvd.allreduce(input_of(r, 4, dtype, "sum"), prescale_factor=2.0),
+                   f"allreduce {name} prescale", "floating-point")
+    # average= (Horovod's older spelling) and the default op (Average)
+    x = torch.full((5,), float(r + 1))
+    check(torch.allclose(hvd.allreduce(x), torch.full((5,), (size + 1) / 2)), "allreduce default op is Average")
+    check(torch.allclose(hvd.allreduce(x, average=False), torch.full((5,), size * (size + 1) / 2)), "average=False")
+    raises(ValueError, lambda: hvd.allreduce(x, average=True, op=hvd.Sum), "average and op", "not both")
+    raises(NotImplementedError, lambda: hvd.allreduce(x, op=hvd.Adasum), "Adasum", "Adasum")
+    # fp16 compression: the result comes back as float32
+    y = torch.arange(100, dtype=torch.float32) / 7 + r
+    got = hvd.allreduce(y, op=hvd.Sum, compression=hvd.Compression.fp16)
+    want = sum(torch.arange(100, dtype=torch.float32) / 7 + q for q in range(size))
+    check(got.dtype == torch.float32 and torch.allclose(got, want, rtol=2e-3), "allreduce fp16 compression")
+    grouped = hvd.grouped_allreduce([torch.ones(3) * r, torch.ones(2, dtype=torch.int32)], op=hvd.Sum)
+    check(torch.equal(grouped[0], torch.ones(3) * sum(range(size))) and torch.equal(grouped[1], torch.full((2,), size, dtype=torch.int32)),
+          "grouped_allreduce")
+
+
+def mode_others():
+    r, size = hvd.rank(), hvd.size()
+    for dtype in DTYPES:
+        name = str(dtype).replace("torch.", "")
+        for root in range(size):
+            mine = input_of(r, 33, dtype, "sum") + r
+            want = input_of(root, 33, dtype, "sum") + root
+            got = hvd.broadcast(mine, root)
+            check(torch.equal(got, want) and torch.equal(mine, input_of(r, 33, dtype, "sum") + r),
+                  f"broadcast {name} root {root}")
+            b = mine.clone()
+            check(hvd.broadcast_(b, root) is b and torch.equal(b, want), f"broadcast_ {name} root {root}")
+            check(torch.equal(hvd.synchronize(hvd.broadcast_async(mine, root)), want), f"broadcast_async {name}")
+            c = mine.clone()
+            check(hvd.synchronize(hvd.broadcast_async_(c, root)) is c and torch.equal(c, want), f"broadcast_async_ {name}")
+            nc = torch.stack([mine, mine]).t()  # 33 x 2, non-contiguous
+            hvd.broadcast_(nc, root)
+            check(torch.equal(nc, torch.stack([want, want]).t()), f"broadcast_ {name} non-contiguous")
+        # allgather, uneven first dimension: rank q has q+1 rows of 3
+        mine = torch.full((r + 1, 3), r).to(dtype)
+        want = torch.cat([torch.full((q + 1, 3), q).to(dtype) for q in range(size)])
+        got = hvd.allgather(mine)
+        check(got.dtype == dtype and torch.equal(got, want), f"allgather {name}: {got.shape}")
+        check(torch.equal(hvd.synchronize(hvd.allgather_async(mine)), want), f"allgather_async {name}")
+        got = hvd.allgather(torch.full((3, r + 1), r).to(dtype).t())  # non-contiguous, rows differ
+        check(torch.equal(got, torch.cat([torch.full((q + 1, 3), q).to(dtype) for q in range(size)])),
+              f"allgather {name} non-contiguous")
+        # alltoall, equal blocks: rank r sends rows [10r + j] to rank j
+        x = (torch.arange(size * 2).view(size, 2) + 10 * r).to(dtype)
+        got = hvd.alltoall(x)
+        want = torch.stack([(torch.arange(2) + 2 * r + 10 * q) for q in range(size)]).to(dtype)
+        check(torch.equal(got, want), f"alltoall {name}: {got.tolist()} want {want.tolist()}")
+        # alltoall with splits: rank r sends j+1 rows to rank j, each row [r, j]
+        splits = [j + 1 for j in range(size)]
+        x = torch.cat([torch.tensor([[r, j]] * (j + 1)) for j in range(size)]).to(dtype)
+        got, recv = hvd.alltoall(x, splits=splits)
+        want = torch.cat([torch.tensor([[q, r]] * (r + 1)) for q in range(size)]).to(dtype)
+        check(torch.equal(got, want) and recv.tolist() == [r + 1] * size, f"alltoall splits {name}")
+        # reducescatter, even and uneven first dimension
+        for op in ("sum", "max", "avg"):
+            for rows in (size * 2, size * 2 + 1):
+                inputs = [input_of(q, rows * 2, dtype, op).view(rows, 2) for q in range(size)]
+                full = reference(op, inputs, dtype)
+                split = [rows // size + (1 if q < rows % size else 0) for q in range(size)]
+                start = sum(split[:r])
+                got = hvd.reducescatter(inputs[r], op=OPS[op])
+                check(same(got, full[start:start + split[r]], dtype, op),
+                      f"reducescatter {name} {op} rows={rows}: {got.tolist()} want {full[start:start + split[r]].tolist()}")
+    # wrong types and devices are TypeErrors, before any communication
+    for bad in (torch.ones(3, dtype=torch.bool), torch.ones(3, dtype=torch.complex64), torch.ones(3, dtype=torch.int16)):
+        raises(TypeError, lambda: hvd.allreduce(bad), f"allreduce {bad.dtype}", "not supported")
+        raises(TypeError, lambda: hvd.allreduce_(bad), f"allreduce_ {bad.dtype}", "not supported")
+        raises(TypeError, lambda: hvd.broadcast_(bad, 0), f"broadcast_ {bad.dtype}", "not supported")
+        raises(TypeError, lambda: hvd.allgather(bad), f"allgather {bad.dtype}", "not supported")
+    raises(TypeError, lambda: hvd.allreduce([1.0, 2.0]), "allreduce of a list", "torch.Tensor")
+    raises(ValueError, lambda: hvd.alltoall(torch.ones(size * 2 + 1)), "alltoall uneven without splits", "multiple")
+    # autograd: allreduce and allgather carry gradients as Horovod's do
+    w = torch.ones(3, requires_grad=True)
+    hvd.allreduce(w * (r + 1), op=hvd.Sum).sum().backward()
+    check(torch.equal(w.grad, torch.full((3,), float(size * (r + 1)))), f"allreduce gradient {w.grad}")
+    w = torch.ones(r + 1, 2, requires_grad=True)
+    (hvd.allgather(w) * 2).sum().backward()
+    check(torch.equal(w.grad, torch.full((r + 1, 2), 2.0 * size)), f"allgather gradient {w.grad}")
+    hvd.barrier()
+    check(hvd.join() == -1, "join")
+
+
+def mode_functions():
+    r, size = hvd.rank(), hvd.size()
+    torch.manual_seed(r)  # different initial parameters on every rank
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.BatchNorm1d(8), torch.nn.Linear(8, 2).double())
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    torch.manual_seed(0)
+    ref = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.BatchNorm1d(8), torch.nn.Linear(8, 2).double())
+    check(all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), ref.state_dict().values())),
+          "broadcast_parameters(state_dict)")
+    params = [torch.full((3,), float(r)), torch.full((2, 2), r, dtype=torch.int32)]
+    hvd.broadcast_parameters(list(zip(["a", "b"], params)), root_rank=size - 1)
+    check(torch.equal(params[0], torch.full((3,), float(size - 1))) and int(params[1][0, 0]) == size - 1,
+          "broadcast_parameters(named list)")
+    # optimizer state: only rank 0 has stepped (momentum buffers, step counts)
+    model = torch.nn.Linear(3, 2)
+    hvd.broadcast_parameters(model.state_dict(), 0)
+    opt = torch.optim.Adam(model.parameters(), lr=0.01 * (r + 1))
+    if r == 0:
+        model(torch.ones(4, 3)).sum().backward()
+        opt.step()
+    hvd.broadcast_optimizer_state(opt, root_rank=0)
+    sd = opt.state_dict()
+    got = hvd.allgather_object({k: {n: (v.tolist() if torch.is_tensor(v) else v) for n, v in s.items()}
+                                for k, s in sd["state"].items()})
+    check(all(g == got[0] for g in got) and len(got[0]) == 2, f"broadcast_optimizer_state state: {got}")
+    check(sd["param_groups"][0]["lr"] == 0.01, "broadcast_optimizer_state lr")
+    check(hvd.broadcast_object({"r": r, "t": torch.ones(2) * r}, root_rank=1)["r"] == 1, "broadcast_object")
+    check(hvd.allgather_object(r * 10) == [q * 10 for q in range(size)], "allgather_object")
+
+
+def mode_before_init():
+    raises(hvd.ElasticrunError, lambda: hvd.allreduce(torch.ones(3)), "allreduce before init", "init")
+    raises(hvd.ElasticrunError, lambda: hvd.allgather(torch.ones(3)), "allgather before init", "init")
+    raises(hvd.ElasticrunError, lambda: hvd.rank(), "rank before init", "init")
+    check(not hvd.is_initialized(), "is_initialized before init")
+
+
+def main():
+    mode = sys.argv[1]
+    if mode != "before_init":
+        hvd.init()
+    globals()["mode_" + mode]()
+    tag = f"torch_checks {mode}"
+    if failures:
+        print(f"{tag}: {len(failures)} of {checks} checks FAILED", flush=True)
+        sys.exit(1)
+    print(f"{tag}: OK {checks} checks", flush=True)
+    if mode != "before_init":
+        hvd.shutdown()
+
+
+if __name__ == "__main__":
+    main()
