@@ -154,6 +154,24 @@ TEST(Messages, OtherProtocolVersionsDecodeToTheirNumber) {
   wire::Encoder next;
   next.bytes(wire::Bytes(32, 5)).str("a").str("h").str("/").u32(msg::kControlProtocol + 1).str("what next").u64(1);
   EXPECT_EQ(msg::parse<msg::Config>(Frame{msg::kConfig, next.take()}).protocol, msg::kControlProtocol + 1);
+  // One encoding per version: a version-1 message re-encodes without the field, and a
+  // later version's re-encodes to its bytes up to the number (the fuzzer's regression).
+  wire::Encoder v1;
+  v1.bytes(wire::Bytes(32, 5)).str("10.0.0.1:1").str("h").str("/");
+  EXPECT_EQ(msg::to_frame(c).payload, v1.buffer());
+  wire::Encoder later, later_prefix;
+  later_prefix.bytes(wire::Bytes(2, 5)).str("a").str("h").str("/").u32(7);
+  later.bytes(wire::Bytes(2, 5)).str("a").str("h").str("/").u32(7).u32(250).u32(1000);
+  auto l = msg::parse<msg::Config>(Frame{msg::kConfig, later.take()});
+  EXPECT_EQ(l.protocol, 7u);
+  EXPECT_EQ(msg::to_frame(l).payload, later_prefix.buffer());
+  // An explicit 0 or 1 was never sent (version 1 ends the message before the field): a
+  // second encoding of version 1, refused.
+  for (std::uint32_t v : {0u, 1u}) {
+    wire::Encoder explicit_old;
+    explicit_old.u32(9).str("").u32(v);
+    EXPECT_THROW(msg::parse<msg::Ready>(Frame{msg::kReady, explicit_old.take()}), wire::DecodeError) << v;
+  }
   // Our own version with fields missing is malformed.
   wire::Encoder cut;
   cut.bytes(wire::Bytes(32, 5)).str("a").str("h").str("/").u32(msg::kControlProtocol).u32(250);
