@@ -242,6 +242,11 @@ class TorchState(_elastic.ObjectState):
     def sync(self):
         for handler in self._handlers.values():
             handler.sync()
-        super().sync()
+        # The plain attributes as ObjectState.sync does, but restoring only them:
+        # ObjectState.sync's self.restore() would put the handlers' old snapshots back
+        # over what they just received.
+        if self._names:
+            self._saved_state = self._bcast_object(self._saved_state)
+            _elastic.ObjectState.restore(self)
         self._save_local()
 
