@@ -23,7 +23,7 @@ def ok_lines(r, tag, n):
 
 
 @pytest.mark.parametrize("np", [2, 3])
-@pytest.mark.parametrize("mode", ["allreduce", "others", "functions"])
+@pytest.mark.parametrize("mode", ["allreduce", "others", "functions", "state"])
 def test_collectives_match_references(job, mode, np):
     r = run_python(job, ["-np", np], CHECKS, mode, timeout=180)
     ok_lines(r, f"torch_checks {mode}: OK", np)

@@ -228,6 +228,70 @@ def mode_functions():
     check(hvd.allgather_object(r * 10) == [q * 10 for q in range(size)], "allgather_object")
 
 
+def mode_state():
+    """TorchState snapshots are deep copies; restore and sync per handler type; the
+    ElasticSampler's split, padding and progress without faults."""
+    r, size = hvd.rank(), hvd.size()
+    torch.manual_seed(r)
+    model = torch.nn.Linear(3, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
+    dataset = list(range(10))
+    sampler = hvd.elastic.ElasticSampler(dataset, shuffle=False)
+    state = hvd.elastic.TorchState(model, opt, scheduler=sched, sampler=sampler, epoch=0, log=[1])
+    state.sync()  # rank 0's model everywhere, as elastic.run does first
+    every = hvd.allgather_object(model.weight.tolist())
+    check(all(w == every[0] for w in every), "sync: one model on every rank")
+    committed = model.weight.detach().clone()
+    model(torch.ones(4, 3)).sum().backward()
+    opt.step()
+    sched.step()
+    state.log.append(2)
+    state.epoch = 1
+    state.restore()  # back to the synced snapshot, nothing aliased with what changed in place
+    check(torch.equal(model.weight, committed), "restore: model back to the snapshot after an in-place step")
+    check(not opt.state_dict()["state"] and opt.param_groups[0]["lr"] == 0.1, "restore: optimizer state and lr")
+    check(sched.last_epoch == 0, "restore: scheduler")
+    check(state.log == [1] and state.epoch == 0, "restore: plain attributes (a list mutated in place)")
+    # sampler: 10 samples over `size` ranks, round-robin, padded to a multiple of size
+    mine = list(iter(sampler))
+    everyone = hvd.allgather_object(mine)
+    flat = [i for part in everyone for i in part]
+    pad = -len(dataset) % size
+    check(len(mine) == len(sampler) == -(-len(dataset) // size), f"sampler: {len(mine)} samples per rank")
+    check(sorted(set(flat)) == dataset and len(flat) == len(dataset) + pad, f"sampler split {everyone}")
+    sampler.record_batch(0, 2)  # every rank did its first batch of 2
+    state.commit()
+    check(sampler.state_dict()["offset"] == min(2 * size, 10), f"sampler progress {sampler.state_dict()}")
+    rest = hvd.allgather_object(list(iter(sampler)))
+    check(set(i for part in rest for i in part) == set(dataset[min(2 * size, 10):]), f"sampler rest {rest}")
+    sampler.set_epoch(1)
+    check(sampler.state_dict()["offset"] == 0, "set_epoch(new) starts afresh")
+    # a registered handler for a type of one's own
+    class Counter:
+        def __init__(self):
+            self.n = 0
+
+    class CounterHandler(hvd.elastic.StateHandler):
+        def save(self):
+            self.saved = self.value.n
+
+        def restore(self):
+            self.value.n = self.saved
+
+        def sync(self):
+            self.value.n = hvd.broadcast_object(self.value.n)
+
+    hvd.elastic.register_handler(Counter, CounterHandler)
+    c = Counter()
+    c.n = 5 + r
+    s2 = hvd.elastic.TorchState(counter=c)
+    s2.sync()
+    c.n = 100
+    s2.restore()
+    check(c.n == 5, f"registered handler: {c.n}")
+
+
 def mode_before_init():
     raises(hvd.ElasticrunError, lambda: hvd.allreduce(torch.ones(3)), "allreduce before init", "init")
     raises(hvd.ElasticrunError, lambda: hvd.allgather(torch.ones(3)), "allgather before init", "init")
