@@ -68,8 +68,9 @@ void do_shutdown() {
 // dropped early waits for its collective rather than free memory still in use.
 class Handle {
  public:
-  Handle(std::shared_ptr<Completion> c, py::object keep, std::function<py::object()> result)
-      : completion_(std::move(c)), keep_(std::move(keep)), result_(std::move(result)) {}
+  Handle(std::shared_ptr<Completion> c, py::object keep, std::shared_ptr<void> views,
+         std::function<py::object()> result)
+      : completion_(std::move(c)), keep_(std::move(keep)), views_(std::move(views)), result_(std::move(result)) {}
   ~Handle() {
     if (completion_ && !completion_->done()) {
       py::gil_scoped_release nogil;
@@ -104,6 +105,7 @@ class Handle {
       if (std::chrono::steady_clock::now() >= deadline)
         throw TimeoutError("wait: the collective did not complete within the timeout");
     }
+    views_.reset();
     keep_ = py::none();
     return result_();
   }
@@ -111,6 +113,7 @@ class Handle {
  private:
   std::shared_ptr<Completion> completion_;
   py::object keep_;
+  std::shared_ptr<void> views_;  // buffer views: released with the GIL held, here
   std::function<py::object()> result_;
 };
 
@@ -120,8 +123,11 @@ std::function<py::object()> yields(py::object o) {
 }
 
 // Runs `task` synchronously (GIL released) and returns result(), or queues it and
-// returns a Handle that keeps `keep` alive and yields result().
-py::object issue(Task task, bool async, py::object keep, std::function<py::object()> result) {
+// returns a Handle that keeps `keep` and `views` alive and yields result(). Tasks capture
+// raw pointers only: a task may be destroyed on the engine's thread, without the GIL,
+// where releasing a buffer view (PyBuffer_Release) must not happen.
+py::object issue(Task task, bool async, py::object keep, std::function<py::object()> result,
+                 std::shared_ptr<void> views = {}) {
   Engine& e = engine();
   if (!async) {
     {
@@ -135,7 +141,7 @@ py::object issue(Task task, bool async, py::object keep, std::function<py::objec
     py::gil_scoped_release nogil;
     c = e.submit(std::move(task));
   }
-  return py::cast(std::make_unique<Handle>(std::move(c), std::move(keep), std::move(result)));
+  return py::cast(std::make_unique<Handle>(std::move(c), std::move(keep), std::move(views), std::move(result)));
 }
 
 py::array new_array(DataType t, const std::vector<py::ssize_t>& shape) {
@@ -163,7 +169,8 @@ py::object allreduce(py::object x, int op, py::object out, double prescale, doub
   Request r{Request::Kind::allreduce, in->data(), o->data(), in->count, in->type, op_of(op)};
   r.prescale = prescale, r.postscale = postscale;
   r.check = shape_check();
-  return issue([r, in, o](Context& ctx) { execute(ctx, r); }, async, py::make_tuple(x, result), yields(result));
+  return issue([r](Context& ctx) { execute(ctx, r); }, async, py::make_tuple(x, result), yields(result),
+               std::make_shared<std::pair<std::shared_ptr<View>, std::shared_ptr<View>>>(in, o));
 }
 
 py::object broadcast(py::object x, int root, bool async) {
@@ -171,7 +178,7 @@ py::object broadcast(py::object x, int root, bool async) {
   Request r{Request::Kind::broadcast, nullptr, v->data(), v->count, v->type};
   r.root = root;
   r.check = shape_check();
-  return issue([r, v](Context& ctx) { execute(ctx, r); }, async, x, yields(x));
+  return issue([r](Context& ctx) { execute(ctx, r); }, async, x, yields(x), v);
 }
 
 // Allgather along the first dimension, which may differ between ranks: the ranks first
@@ -188,10 +195,12 @@ py::object allgather(py::object x, bool async) {
   const std::int64_t rows = shape.empty() ? 1 : shape[0];
   const std::int64_t per_row = static_cast<std::int64_t>(in->row_elements());
   auto got = std::make_shared<Gathered>();
-  Task task = [in, got, rows, per_row](Context& ctx) {
+  const DataType type = in->type;
+  const void* data = in->data();
+  Task task = [data, type, got, rows, per_row](Context& ctx) {
     Communicator& comm = ctx.comm();
     const int n = comm.size();
-    std::int64_t mine[3] = {rows, per_row, static_cast<std::int64_t>(in->type)};
+    std::int64_t mine[3] = {rows, per_row, static_cast<std::int64_t>(type)};
     std::vector<std::int64_t> all(3 * static_cast<std::size_t>(n));
     comm.allgather(mine, all.data(), 3, DataType::i64);
     std::vector<std::size_t> counts(n);
@@ -199,27 +208,27 @@ py::object allgather(py::object x, bool async) {
       const std::int64_t* m = &all[3 * r];
       if (m[1] != per_row || m[2] != mine[2])
         throw Error(fmt::format("allgather: rank {} has {} {} elements per row, rank {} has {} {}", comm.rank(),
-                                per_row, name_of(in->type), r, m[1], name_of(static_cast<DataType>(m[2]))));
+                                per_row, name_of(type), r, m[1], name_of(static_cast<DataType>(m[2]))));
       got->rows.push_back(m[0]);
       counts[r] = static_cast<std::size_t>(m[0] * per_row);
     }
     std::size_t total = 0;
     for (auto c : counts) total += c;
-    got->bytes.resize(total * size_of(in->type));
-    comm.allgatherv(in->data(), got->bytes.data(), counts, in->type);
+    got->bytes.resize(total * size_of(type));
+    comm.allgatherv(data, got->bytes.data(), counts, type);
   };
   // The output's size is known only after the exchange: the gathered bytes become a
   // numpy array when the result is asked for.
-  auto to_array = [in, got, shape]() -> py::object {
+  auto to_array = [type, got, shape]() -> py::object {
     std::vector<py::ssize_t> s = shape.empty() ? std::vector<py::ssize_t>{0} : shape;
     py::ssize_t total_rows = 0;
     for (auto r : got->rows) total_rows += r;
     s[0] = total_rows;
-    py::array a = new_array(in->type, s);
+    py::array a = new_array(type, s);
     std::memcpy(a.mutable_data(), got->bytes.data(), got->bytes.size());
     return a;
   };
-  return issue(std::move(task), async, x, to_array);
+  return issue(std::move(task), async, x, to_array, in);
 }
 
 py::object reduce_scatter(py::object x, int op, bool async) {
@@ -234,7 +243,8 @@ py::object reduce_scatter(py::object x, int op, bool async) {
   auto o = std::make_shared<View>(view_of(result, true, "reduce_scatter"));
   Request r{Request::Kind::reduce_scatter, in->data(), o->data(), o->count, in->type, op_of(op)};
   r.check = shape_check();
-  return issue([r, in, o](Context& ctx) { execute(ctx, r); }, async, py::make_tuple(x, result), yields(result));
+  return issue([r](Context& ctx) { execute(ctx, r); }, async, py::make_tuple(x, result), yields(result),
+               std::make_shared<std::pair<std::shared_ptr<View>, std::shared_ptr<View>>>(in, o));
 }
 
 py::object alltoall(py::object x, py::object out, bool async) {
@@ -247,7 +257,8 @@ py::object alltoall(py::object x, py::object out, bool async) {
   check_same(*in, *o, "alltoall");
   Request r{Request::Kind::alltoall, in->data(), o->data(), in->count / n, in->type};
   r.check = shape_check();
-  return issue([r, in, o](Context& ctx) { execute(ctx, r); }, async, py::make_tuple(x, result), yields(result));
+  return issue([r](Context& ctx) { execute(ctx, r); }, async, py::make_tuple(x, result), yields(result),
+               std::make_shared<std::pair<std::shared_ptr<View>, std::shared_ptr<View>>>(in, o));
 }
 
 // The torch layer's path: raw pointers of tensors it keeps alive (`keep`), the type by
