@@ -114,7 +114,9 @@ class ObjectState(State):
     def sync(self):
         if self._names:
             self._saved_state = self._bcast_object(self._saved_state)
-            self.restore()
+            # This class's restore, not a subclass's: TorchState.restore would also put
+            # back its handlers' old snapshots over what their own sync just received.
+            ObjectState.restore(self)
 
 
 def _reset():

@@ -242,11 +242,6 @@ class TorchState(_elastic.ObjectState):
     def sync(self):
         for handler in self._handlers.values():
             handler.sync()
-        # The plain attributes as ObjectState.sync does, but restoring only them:
-        # ObjectState.sync's self.restore() would put the handlers' old snapshots back
-        # over what they just received.
-        if self._names:
-            self._saved_state = self._bcast_object(self._saved_state)
-            _elastic.ObjectState.restore(self)
+        super().sync()  # the plain attributes (ObjectState.sync restores only those)
         self._save_local()
 

@@ -122,6 +122,33 @@ def mode_order():
     check(er.allgather_object(("rank", r)) == [("rank", q) for q in range(size)], "allgather_object")
 
 
+def mode_dlpack():
+    """torch CPU tensors through DLPack (no buffer protocol): every type including
+    bfloat16, in place into the tensor and out of place into a new numpy array."""
+    import torch
+    r, size = er.rank(), er.size()
+    types = [torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.int8, torch.uint8, torch.int32,
+             torch.int64]
+    for t in types:
+        x = torch.arange(6, dtype=torch.int64).to(t) + r
+        want = (torch.arange(6, dtype=torch.int64) * size + sum(range(size))).to(t)
+        ptr = x.data_ptr()
+        er.allreduce(x, op=er.Sum, out=x)
+        check(torch.equal(x, want) and x.data_ptr() == ptr, f"dlpack in place {t}: {x.tolist()}")
+        if t != torch.bfloat16:
+            got = er.allreduce(torch.arange(6, dtype=torch.int64).to(t) + r)
+            check(np.array_equal(got, want.numpy()), f"dlpack out of place {t}")
+        b = torch.full((3,), r, dtype=t)
+        er.broadcast(b, root_rank=size - 1)
+        check(torch.equal(b, torch.full((3,), size - 1, dtype=t)), f"dlpack broadcast {t}")
+    expect_raises(ValueError, lambda: er.allreduce(torch.ones(4, 4)[:, 1]), "not contiguous", "strided tensor")
+    expect_raises(TypeError, lambda: er.allreduce(torch.ones(3, dtype=torch.bool)), "no element type", "bool tensor")
+    expect_raises(TypeError, lambda: er.allreduce(torch.ones(3, dtype=torch.complex64)), "no element type",
+                  "complex tensor")
+    expect_raises(TypeError, lambda: er.allreduce(torch.ones(3, dtype=torch.bfloat16)), "no numpy type",
+                  "bfloat16 out of place")
+
+
 def expect_raises(exc, fn, needle, what):
     try:
         fn()
