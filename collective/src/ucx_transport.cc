@@ -148,17 +148,37 @@ ucp_ep_h UcxTransport::endpoint(int peer, Clock::time_point deadline) {
 // (its shared memory is gone) because a newer epoch started, and the notice is on its
 // way. Wait briefly for it so the error says why; either way the epoch is broken.
 void UcxTransport::peer_unreachable(const std::string& what) {
-  pollfd p{abort_->fd(), POLLIN, 0};
-  ::poll(&p, 1, 2000);
+  await_notice();
   if (abort_->raised()) abort_->throw_error();
   throw WorkersFailed(what);
+}
+
+// Up to kNoticeGrace for the abort, unless it is raised already.
+void UcxTransport::await_notice() {
+  if (abort_->raised()) return;
+  pollfd p{abort_->fd(), POLLIN, 0};
+  ::poll(&p, 1, static_cast<int>(kNoticeGrace.count()));
+}
+
+// A send or receive failed with `st`. Once a new epoch has started, the peers leave this
+// one at unknown points (a receive may even be matched by what a departing peer sent
+// last), so whatever failed is reported as the abort: WorkersFailed, which elastic run()
+// recovers from. The notice can reach this rank after a peer has already acted on its
+// own, so a failure first waits briefly for it, as peer_unreachable does. Only without
+// any notice is a message larger than its receive the program's error (ProtocolError:
+// the ranks disagree on the collective); anything else is a peer gone (WorkersFailed).
+void UcxTransport::fail(const std::string& msg, ucs_status_t st) {
+  await_notice();
+  if (abort_->raised()) abort_->throw_error();
+  if (st == UCS_ERR_MESSAGE_TRUNCATED) throw ProtocolError(msg + " (peer sent more than expected)");
+  throw WorkersFailed(msg);
 }
 
 Transport::Request UcxTransport::track(ucs_status_ptr_t p, int peer, bool recv, const char* what) {
   if (p == nullptr) return {nullptr, peer, recv};
   if (UCS_PTR_IS_ERR(p))
-    throw WorkersFailed(std::string(what) + " rank " + std::to_string(peer) + ": " +
-                        ucs_status_string(UCS_PTR_STATUS(p)));
+    fail(std::string(what) + " rank " + std::to_string(peer) + ": " + ucs_status_string(UCS_PTR_STATUS(p)),
+         UCS_PTR_STATUS(p));
   live_.push_back(p);
   return {p, peer, recv};
 }
@@ -190,11 +210,9 @@ bool UcxTransport::reap(Request& r, const char* what) {
   r.handle = nullptr;
   if (st == UCS_OK) return true;
   cancel_all();
-  std::string msg = std::string(what) + ": " + (r.recv ? "receive from" : "send to") + " rank " +
-                    std::to_string(r.peer) + " failed: " + ucs_status_string(st);
-  if (st == UCS_ERR_MESSAGE_TRUNCATED) throw ProtocolError(msg + " (peer sent more than expected)");
-  if (abort_->raised()) abort_->throw_error();
-  throw WorkersFailed(msg);
+  fail(std::string(what) + ": " + (r.recv ? "receive from" : "send to") + " rank " + std::to_string(r.peer) +
+           " failed: " + ucs_status_string(st),
+       st);
 }
 
 // Requests complete roughly in the order they were posted, so the search is short;

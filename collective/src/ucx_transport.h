@@ -42,6 +42,9 @@ class UcxTransport final : public Transport {
     // 2 cores, 3 ms: 18-25 us; sleeping at once: 1.5-3x slower from 1 KiB to 256 KiB).
     std::chrono::microseconds yield_window{3000};
   };
+  // How long a failed send or receive waits for the abort notice before it is reported
+  // as the transport's own error (see fail()).
+  static constexpr std::chrono::milliseconds kNoticeGrace{2000};
 
   UcxTransport(const Options& opts, std::shared_ptr<Store> store, std::shared_ptr<AbortSignal> abort);
   ~UcxTransport() override;
@@ -70,6 +73,8 @@ class UcxTransport final : public Transport {
   void create_worker();
   void publish_address();
   [[noreturn]] void peer_unreachable(const std::string& what);
+  [[noreturn]] void fail(const std::string& msg, ucs_status_t st);
+  void await_notice();
   ucp_ep_h endpoint(int peer, Clock::time_point deadline);
   Request track(ucs_status_ptr_t p, int peer, bool recv, const char* what);
   bool reap(Request& r, const char* what);

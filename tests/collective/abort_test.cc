@@ -1,10 +1,13 @@
 // A collective blocked on a rank that never arrives must end promptly with the
 // control plane's error when the abort is raised, and with TimeoutError at its deadline.
 #include "rank_fixture.h"
+#include "ucx_transport.h"
 
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <mutex>
+#include <thread>
 #include <chrono>
 #include <vector>
 
@@ -79,6 +82,82 @@ TEST_P(Abort, DeadlineGivesTimeoutError) {
     done = true;
   });
 }
+
+// A receive that fails once the abort is raised reports the abort (WorkersFailed, which
+// elastic run() recovers from), not ProtocolError (which ends the worker): peers that
+// already left the epoch leave it at unknown points, so what arrives then says nothing
+// about the program. Without an abort, a message larger than the receive is still a
+// ProtocolError. Rank 0 posts receives A (fits) and B (too small); rank 1 sends B's
+// oversized message, then A's, so B has failed by the time the wait for A returns;
+// the abort is raised between that wait and the wait for B, or 200 ms into the wait
+// for B (the notice can reach a rank after a departing peer's last message).
+enum class Notice { none, before, late };
+
+void truncated_receive(Progress progress, Notice notice) {
+  const bool abort_first = notice != Notice::none;
+  World w(2);
+  std::atomic<bool> posted{false};
+  std::mutex mu;
+  std::exception_ptr first;
+  auto rank = [&](int r) {
+    try {
+      UcxTransport::Options o;
+      o.rank = r;
+      o.size = 2;
+      o.local_size = 2;
+      o.scope = "trunc/";
+      o.blocking = progress == Progress::block;
+      UcxTransport ucx(o, w.store, w.aborts[r]);
+      Transport& tp = ucx;  // the one-request wait() is the base class's
+      auto deadline = Clock::now() + 10s;
+      std::uint64_t small = 0, big[8] = {1, 2, 3, 4, 5, 6, 7, 8}, a_in = 0, a_out = 42;
+      if (r == 1) {
+        while (!posted) std::this_thread::sleep_for(1ms);
+        Transport::Request s[2] = {tp.isend(0, Transport::make_tag(7, 1), big, sizeof big),
+                                   tp.isend(0, Transport::make_tag(7, 0), &a_out, sizeof a_out)};
+        tp.wait(s, deadline, "test");
+        return;
+      }
+      Transport::Request a = tp.irecv(1, Transport::make_tag(7, 0), &a_in, sizeof a_in);
+      Transport::Request b = tp.irecv(1, Transport::make_tag(7, 1), &small, sizeof small);
+      posted = true;
+      tp.wait(a, deadline, "test");
+      EXPECT_EQ(a_in, 42u);
+      if (notice == Notice::before) w.aborts[0]->raise(AbortSignal::Kind::workers_failed, "epoch 3 started");
+      std::thread late([&] {
+        if (notice != Notice::late) return;
+        std::this_thread::sleep_for(200ms);
+        w.aborts[0]->raise(AbortSignal::Kind::workers_failed, "epoch 3 started");
+      });
+      auto start = Clock::now();
+      try {
+        tp.wait(b, deadline, "allgatherv");
+        ADD_FAILURE() << "a truncated receive succeeded";
+      } catch (const ProtocolError& e) {
+        EXPECT_FALSE(abort_first) << "after the abort: " << e.what();
+      } catch (const WorkersFailed& e) {
+        EXPECT_TRUE(abort_first) << "without an abort: " << e.what();
+        EXPECT_NE(std::string(e.what()).find("epoch 3 started"), std::string::npos) << e.what();
+      }
+      late.join();
+      // It waits for a late notice (up to UcxTransport::kNoticeGrace), not for an early one.
+      auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count();
+      if (notice == Notice::before) EXPECT_LT(ms, 100);
+      if (notice == Notice::late) EXPECT_LT(ms, 1000);
+    } catch (...) {
+      std::lock_guard lock(mu);
+      if (!first) first = std::current_exception();
+    }
+  };
+  std::thread t1(rank, 1);
+  rank(0);
+  t1.join();
+  if (first) std::rethrow_exception(first);
+}
+
+TEST_P(Abort, TruncatedReceiveAfterAbortReportsTheAbort) { truncated_receive(GetParam(), Notice::before); }
+TEST_P(Abort, TruncatedReceiveBeforeALateNoticeReportsTheAbort) { truncated_receive(GetParam(), Notice::late); }
+TEST_P(Abort, TruncatedReceiveWithoutAbortIsProtocolError) { truncated_receive(GetParam(), Notice::none); }
 
 INSTANTIATE_TEST_SUITE_P(Modes, Abort, ::testing::Values(Progress::busy, Progress::block),
                          [](const auto& info) { return info.param == Progress::busy ? "busy" : "block"; });
