@@ -49,7 +49,7 @@ void Job::on_hosts(const std::vector<discovery::Host>& hosts) {
 std::set<Job::Place> Job::alive() const {
   std::set<Place> out;
   for (const auto& [p, w] : workers_)
-    if (!w.removed && !w.exited_ok) out.insert(p);
+    if (!w.exited_ok) out.insert(p);
   return out;
 }
 
@@ -67,30 +67,33 @@ bool Job::all_finished() const {
 // formed from what is left.
 void Job::on_worker_failed(const Place& p, const std::string& why) {
   if (exit_code_ >= 0) return;
+  std::string who = "a daemon";
   if (p.second >= 0) {
-    auto it = workers_.find(p);
-    if (it == workers_.end() || it->second.removed) return;
+    // Not the place's worker any more (failed or removed already): nothing new.
+    if (!workers_.count(p)) return;
     if (!opts_.elastic) {
       if (why.find("rendezvous connection") != std::string::npos) return;  // the exit report says more
       return finish(exit_code::kWorkerFailed, describe(p) + " " + why);
     }
-    fmt::print(stderr, "elasticrun: {} {}; blacklisting host '{}'\n", describe(p), why, p.first);
-    it->second.removed = true;
-    signal_worker(p, SIGKILL);
+    who = describe(p);
+    fmt::print(stderr, "elasticrun: {} {}; blacklisting host '{}'\n", who, why, p.first);
+    retire(p, SIGKILL);
   } else {
     // A daemon lost after its workers were already failed or removed changes nothing.
     bool live = false;
-    for (const auto& [q, w] : workers_) live = live || (q.first == p.first && !w.removed && !w.exited_ok);
+    for (const auto& [q, w] : workers_) live = live || (q.first == p.first && !w.exited_ok);
     if (!live) return;
     fmt::print(stderr, "elasticrun: host '{}' {}; blacklisting it\n", p.first, why);
   }
   auto cooldown = membership_.blacklist(p.first, Clock::now());
   events_.emit("host_blacklisted", {{"host", p.first}, {"reason", why},
                                     {"cooldown_s", cooldown ? cooldown->count() / 1000.0 : -1.0}});
-  for (auto& [q, w] : workers_)
-    if (q.first == p.first && !w.removed) remove_worker(q);
+  std::vector<Place> rest;
+  for (const auto& [q, w] : workers_)
+    if (q.first == p.first && !w.exited_ok) rest.push_back(q);
+  for (const auto& q : rest) remove_worker(q);
   epoch_broken_ = true;
-  broken_reason_ = fmt::format("{} on host '{}' {}", p.second >= 0 ? describe(p) : "a daemon", p.first, why);
+  broken_reason_ = fmt::format("{} on host '{}' {}", who, p.first, why);
   reconcile();
 }
 
@@ -115,14 +118,15 @@ void Job::on_epoch_abandoned(const Place& p, std::uint64_t epoch) {
   });
 }
 
+// Stops the place's worker: SIGTERM, then SIGKILL after 2 s if it has not exited. The
+// kill goes to the slot, which holds this worker's process only: a successor at the
+// place starts after it exited.
 void Job::remove_worker(const Place& p) {
-  auto it = workers_.find(p);
-  if (it == workers_.end() || it->second.removed) return;
-  it->second.removed = true;
-  signal_worker(p, SIGTERM);
+  if (!retire(p, SIGTERM)) return;
   auto t = std::make_shared<asio::steady_timer>(io_, std::chrono::seconds(2));
-  t->async_wait([this, p, t](boost::system::error_code ec) {
-    if (!ec && workers_.count(p)) signal_worker(p, SIGKILL);
+  t->async_wait([this, p, t, started = retired_.at(p).started_epoch](boost::system::error_code ec) {
+    auto it = retired_.find(p);
+    if (!ec && it != retired_.end() && it->second.started_epoch == started) signal_worker(p, SIGKILL);
   });
 }
 
@@ -163,8 +167,12 @@ void Job::reconcile() {
 void Job::begin_epoch(rendezvous::Plan plan, msg::NotifyKind kind, const std::string& reason) {
   for (const auto& p : plan.remove) remove_worker(p);
   assignment_ = std::move(plan.assignment);
-  for (const auto& w : assignment_.workers)
-    if (auto it = workers_.find({w.host, w.slot}); it != workers_.end()) it->second.rank = w.rank;
+  // Workers kept keep their process; the rest are started for this epoch.
+  for (auto& w : assignment_.workers) {
+    auto it = workers_.find({w.host, w.slot});
+    if (it != workers_.end()) it->second.rank = w.rank;
+    w.started_epoch = it != workers_.end() ? it->second.started_epoch : assignment_.epoch;
+  }
   server_->start_epoch(assignment_, kind, reason);
   nlohmann::json places = nlohmann::json::array();
   for (const auto& w : assignment_.workers) places.push_back({{"rank", w.rank}, {"host", w.host}, {"slot", w.slot}});
@@ -204,8 +212,7 @@ std::vector<Job::Place> Job::not_joined() const {
   std::vector<Place> out;
   for (const auto& r : assignment_.workers) {
     auto it = workers_.find({r.host, r.slot});
-    if (it != workers_.end() && !it->second.removed && !it->second.exited_ok &&
-        it->second.joined_epoch < assignment_.epoch)
+    if (it != workers_.end() && !it->second.exited_ok && it->second.joined_epoch < assignment_.epoch)
       out.push_back({r.host, r.slot});
   }
   return out;
@@ -240,7 +247,9 @@ void Job::on_join_timeout(std::uint64_t epoch) {
                                                    late.size(), assignment_.size(), limit.count() / 1000.0, names));
   }
   for (const auto& p : late) {
-    const Worker& w = workers_.at(p);
+    auto it = workers_.find(p);
+    if (it == workers_.end()) continue;  // failed with an earlier one's host
+    const Worker& w = it->second;
     std::string since = w.awaited_from_epoch < epoch ? fmt::format(" (waiting since epoch {})", w.awaited_from_epoch) : "";
     on_worker_failed(p, fmt::format("did not join epoch {} within {:.1f} s{}", epoch, w.join_limit.count() / 1000.0,
                                     since));

@@ -84,14 +84,16 @@ Result<void> Job::start() {
   if (!::getcwd(cwd, sizeof cwd)) return fail("cannot read the working directory");
   cwd_ = cwd;
   rendezvous::Server::Callbacks cb;
+  // Each concerns the worker the connection came from: not the place's worker now if
+  // that is a successor of it (the place was removed and listed again).
   cb.on_worker_joined = [this](const rendezvous::WorkerPlace& p, std::uint64_t e) { on_joined(p, e); };
   cb.on_epoch_abandoned = [this](const rendezvous::WorkerPlace& p, std::uint64_t e) {
-    on_epoch_abandoned({p.host, p.slot}, e);
+    if (worker(p)) on_epoch_abandoned({p.host, p.slot}, e);
   };
   cb.on_worker_lost = [this](const rendezvous::WorkerPlace& p, std::uint64_t) {
     // The exit report from the daemon follows; acting on the lost connection already
     // makes recovery start as soon as the process is gone.
-    on_worker_failed({p.host, p.slot}, "lost its rendezvous connection");
+    if (worker(p)) on_worker_failed({p.host, p.slot}, "lost its rendezvous connection");
   };
   try {
     server_ = std::make_unique<rendezvous::Server>(
@@ -110,7 +112,7 @@ DaemonEvents Job::daemon_events() {
   DaemonEvents ev;
   ev.on_started = [this](const std::string& host, const msg::Started& s) { on_started(host, s); };
   ev.on_output = [this](const std::string& host, const msg::Output& o) {
-    Worker* w = worker(host, o.slot);
+    Worker* w = process_at(host, o.slot);
     if (!w || (o.stream != 1 && o.stream != 2)) return;
     if (auto ok = output_.write(w->rank, o.stream, o.data); !ok) finish(exit_code::kLaunchFailed, ok.error());
   };
@@ -163,16 +165,58 @@ DaemonLink* Job::ensure_daemon(const std::string& host) {
   return raw;
 }
 
+// Starts a worker for place `w` of the current epoch, or, while the worker stopped
+// there before has not exited yet, once it has (spawn_deferred).
 void Job::spawn(const rendezvous::WorkerPlace& w) {
+  Place p{w.host, w.slot};
+  Worker fresh;
+  fresh.rank = w.rank;
+  fresh.started_epoch = assignment_.epoch;
+  if (retired_.count(p)) {
+    ER_LOG(driver, info, "rank {} on host '{}' slot {} starts once the worker stopped there (pid {}) has exited",
+           w.rank, w.host, w.slot, retired_.at(p).pid);
+    fresh.spawn_pending = true;
+    workers_[p] = fresh;
+    return;
+  }
   DaemonLink* d = ensure_daemon(w.host);
   if (!d) return;
-  workers_[{w.host, w.slot}] = Worker{w.rank};
+  workers_[p] = fresh;
+  send_spawn(*d, p, fresh);
+}
+
+void Job::spawn_deferred(const Place& p) {
+  auto it = workers_.find(p);
+  if (exit_code_ >= 0 || it == workers_.end() || !it->second.spawn_pending) return;
+  DaemonLink* d = ensure_daemon(p.first);
+  it = workers_.find(p);  // a daemon that cannot start fails the host's workers
+  if (!d || it == workers_.end()) return;
+  it->second.spawn_pending = false;
+  send_spawn(*d, p, it->second);
+}
+
+void Job::send_spawn(DaemonLink& d, const Place& p, const Worker& w) {
   auto env = opts_.env;
   auto rejoin = opts_.elastic_timeout + opts_.rendezvous_timeout;
   env.push_back(fmt::format("{}={:.3f}", env::kRejoinTimeout, rejoin.count() / 1000.0));
   env.push_back(fmt::format("{}={:.3f}", env::kHostTimeout, opts_.host_timeout.count() / 1000.0));
-  d->send(msg::Spawn{static_cast<std::uint32_t>(w.slot), assignment_.epoch, w.rank, assignment_.size(),
-                     opts_.command, env});
+  d.send(msg::Spawn{static_cast<std::uint32_t>(p.second), w.started_epoch, w.rank, assignment_.size(),
+                    opts_.command, env});
+}
+
+// Takes the place's worker out of the job and signals it. One with a process keeps an
+// entry in retired_ until its exit is reported; one not started yet, already exited,
+// or gone with its daemon is simply dropped. Returns whether it was retired.
+bool Job::retire(const Place& p, int sig) {
+  auto it = workers_.find(p);
+  if (it == workers_.end()) return false;
+  Worker w = std::move(it->second);
+  workers_.erase(it);
+  auto d = daemons_.find(p.first);
+  if (w.spawn_pending || w.exited || d == daemons_.end() || d->second->closed()) return false;
+  signal_worker(p, sig);
+  retired_[p] = std::move(w);
+  return true;
 }
 
 void Job::signal_worker(const Place& p, int sig) {
@@ -186,6 +230,19 @@ Job::Worker* Job::worker(const std::string& host, std::uint32_t slot) {
   return it == workers_.end() ? nullptr : &it->second;
 }
 
+// The place's current worker if it is the one a rendezvous connection came from.
+Job::Worker* Job::worker(const rendezvous::WorkerPlace& p) {
+  Worker* w = worker(p.host, static_cast<std::uint32_t>(p.slot));
+  return w && w->started_epoch == p.started_epoch ? w : nullptr;
+}
+
+// The worker whose process runs at the place: a retired one still stopping, else the
+// current one (its successor waits for it to exit).
+Job::Worker* Job::process_at(const std::string& host, std::uint32_t slot) {
+  auto it = retired_.find({host, static_cast<int>(slot)});
+  return it != retired_.end() ? &it->second : worker(host, slot);
+}
+
 std::string Job::describe(const Place& p) const {
   auto it = workers_.find(p);
   int rank = it == workers_.end() ? -1 : it->second.rank;
@@ -194,15 +251,15 @@ std::string Job::describe(const Place& p) const {
 }
 
 void Job::on_started(const std::string& host, const msg::Started& s) {
-  Worker* w = worker(host, s.slot);
-  if (!w) return;
+  Worker* w = process_at(host, s.slot);
+  if (!w || w->spawn_pending || w->pid != 0) return;
   w->pid = static_cast<int>(s.pid);
   events_.emit("worker_started", {{"host", host}, {"slot", s.slot}, {"rank", w->rank}, {"pid", s.pid},
                                   {"epoch", assignment_.epoch}});
 }
 
 void Job::on_joined(const rendezvous::WorkerPlace& p, std::uint64_t epoch) {
-  Worker* w = worker(p.host, static_cast<std::uint32_t>(p.slot));
+  Worker* w = worker(p);
   if (!w) return;
   w->joined_epoch = epoch;
   if (epoch != assignment_.epoch) return;
@@ -216,13 +273,25 @@ void Job::on_joined(const rendezvous::WorkerPlace& p, std::uint64_t epoch) {
 
 void Job::on_exited(const std::string& host, const msg::Exited& e) {
   Place p{host, static_cast<int>(e.slot)};
+  auto emit = [&](const Worker& w, bool removed) {
+    output_.finish(w.rank);
+    events_.emit("worker_exited", {{"host", host}, {"slot", e.slot}, {"rank", w.rank}, {"pid", e.pid},
+                                   {"code", e.code}, {"signal", e.signal}, {"removed", removed}});
+  };
+  // A worker stopped on purpose (removed, or failed): its exit was expected, and frees
+  // the place for a successor that may be waiting.
+  if (auto r = retired_.find(p); r != retired_.end() && r->second.pid == static_cast<int>(e.pid)) {
+    emit(r->second, true);
+    retired_.erase(r);
+    spawn_deferred(p);
+    return maybe_done();
+  }
   auto it = workers_.find(p);
-  if (it == workers_.end()) return;
+  if (it == workers_.end() || it->second.pid != static_cast<int>(e.pid)) return;
   Worker& w = it->second;
-  output_.finish(w.rank);
-  events_.emit("worker_exited", {{"host", host}, {"slot", e.slot}, {"rank", w.rank}, {"pid", e.pid},
-                                 {"code", e.code}, {"signal", e.signal}, {"removed", w.removed}});
-  if (exit_code_ >= 0 || w.removed) {
+  w.exited = true;
+  emit(w, false);
+  if (exit_code_ >= 0) {
     workers_.erase(it);
     return maybe_done();
   }
@@ -232,6 +301,9 @@ void Job::on_exited(const std::string& host, const msg::Exited& e) {
 }
 
 void Job::on_daemon_closed(const std::string& host, bool clean, const std::string& why) {
+  // The workers it was stopping went with it (the daemon stops them, or they die with
+  // it): none will report an exit.
+  std::erase_if(retired_, [&](const auto& r) { return r.first.first == host; });
   if (exit_code_ >= 0 || clean) return maybe_done();
   auto it = daemons_.find(host);
   bool started = it != daemons_.end() && it->second->ready();

@@ -46,8 +46,12 @@ class Job {
     std::chrono::steady_clock::time_point join_deadline{};
     std::uint64_t awaited_from_epoch = 0;
     std::chrono::milliseconds join_limit{0};
-    bool removed = false;     // stopped on purpose: its exit is expected
-    bool exited_ok = false;   // finished with status 0
+    // Which process this is: the epoch it was started in (its ELASTICRUN_EPOCH). A place
+    // removed and listed again has a new worker while the old one may still be stopping.
+    std::uint64_t started_epoch = 0;
+    bool spawn_pending = false;  // waits for the place's previous worker to exit
+    bool exited = false;         // its exit was reported
+    bool exited_ok = false;      // finished with status 0
   };
 
   // job.cc
@@ -56,6 +60,9 @@ class Job {
   DaemonEvents daemon_events();
   DaemonLink* ensure_daemon(const std::string& host);
   void spawn(const rendezvous::WorkerPlace& w);
+  void send_spawn(DaemonLink& d, const Place& p, const Worker& w);
+  void spawn_deferred(const Place& p);
+  bool retire(const Place& p, int sig);
   void signal_worker(const Place& p, int sig);
   void on_started(const std::string& host, const msg::Started& s);
   void on_exited(const std::string& host, const msg::Exited& e);
@@ -66,6 +73,8 @@ class Job {
   void heartbeat();
   std::chrono::milliseconds heartbeat_interval() const;
   Worker* worker(const std::string& host, std::uint32_t slot);
+  Worker* worker(const rendezvous::WorkerPlace& p);
+  Worker* process_at(const std::string& host, std::uint32_t slot);
   std::string describe(const Place& p) const;
 
   // epochs.cc
@@ -93,7 +102,12 @@ class Job {
   std::unique_ptr<discovery::HostWatcher> watcher_;
   rendezvous::Assignment assignment_;  // epoch 0: none yet
   std::map<std::string, std::unique_ptr<DaemonLink>> daemons_;
-  std::map<Place, Worker> workers_;
+  // The worker each place has now (in the current epoch, or about to leave it), and
+  // the workers stopped (removed or failed) whose exit the daemon has not reported yet.
+  // A place's next worker starts only once its retired one exited: at most one process
+  // per place, so that the daemon's reports and kills by slot name one process, and two
+  // never share a slot's device or shared-memory directory.
+  std::map<Place, Worker> workers_, retired_;
   OutputRouter output_;
   EventLog events_;
   boost::asio::signal_set signals_;

@@ -22,6 +22,11 @@ struct WorkerPlace {
   std::string host;
   int slot = 0;
   int rank = 0, local_rank = 0, local_size = 0, cross_rank = 0, cross_size = 0;
+  // Which worker process holds the place: the epoch it was started in (its
+  // ELASTICRUN_EPOCH, which its join names). A place removed and listed again gets a new
+  // worker while the old one may still be stopping; only the one named here may join or
+  // re-join it. 0: any (set by the driver, not by assign()).
+  std::uint64_t started_epoch = 0;
 };
 
 struct Assignment {

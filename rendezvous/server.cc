@@ -3,6 +3,8 @@
 #include "common/log.h"
 #include "rendezvous/session.h"
 
+#include <fmt/format.h>
+
 namespace elasticrun::rendezvous {
 
 namespace asio = boost::asio;
@@ -117,19 +119,29 @@ void Server::abort_epoch(const std::string& reason) {
 
 void Server::on_join(const std::shared_ptr<Session>& s, const msg::Join& j) {
   const WorkerPlace* p = assignment_.find(j.host, static_cast<int>(j.slot));
+  std::string where = "host '" + j.host.substr(0, 64) + "' slot " + std::to_string(j.slot);
   if (!p) {
     s->send(msg::Error{0, "no slot " + std::to_string(j.slot) + " on host '" + j.host + "' in epoch " +
                               std::to_string(assignment_.epoch)});
-    s->close("rejected join: host '" + j.host.substr(0, 64) + "' slot " + std::to_string(j.slot) +
-             " is not in epoch " + std::to_string(assignment_.epoch));
+    s->close("rejected join: " + where + " is not in epoch " + std::to_string(assignment_.epoch));
     return;
   }
-  place(s, *p, assignment_.epoch);
+  // A worker of a place that was removed and listed again: its successor holds the place.
+  if (p->started_epoch != 0 && p->started_epoch != j.epoch) {
+    std::string why = fmt::format("{} belongs to the worker started in epoch {}, not to one started in epoch {}",
+                                  where, p->started_epoch, j.epoch);
+    s->send(msg::Error{0, why});
+    s->close("rejected join: " + why);
+    return;
+  }
+  WorkerPlace mine = *p;
+  mine.started_epoch = j.epoch;
+  place(s, mine, assignment_.epoch);
   s->send(msg::JoinOk{0, assignment_.epoch, p->rank, assignment_.size(), p->local_rank, p->local_size,
                       p->cross_rank, p->cross_size});
   ER_LOG(rendezvous, debug, "rank {} joined epoch {} from '{}' slot {}", p->rank, assignment_.epoch, p->host,
          p->slot);
-  if (cb_.on_worker_joined) cb_.on_worker_joined(*p, assignment_.epoch);
+  if (cb_.on_worker_joined) cb_.on_worker_joined(mine, assignment_.epoch);
 }
 
 void Server::on_rejoin(const std::shared_ptr<Session>& s, const msg::Rejoin& r) {
@@ -140,17 +152,21 @@ void Server::on_rejoin(const std::shared_ptr<Session>& s, const msg::Rejoin& r) 
 
 void Server::answer_rejoin(const std::shared_ptr<Session>& s, std::uint64_t req) {
   const WorkerPlace* p = assignment_.find(s->place()->host, s->place()->slot);
-  if (!p) {
+  std::uint64_t started = s->place()->started_epoch;
+  // Removed, or removed and listed again: then the place has a new worker, not this one.
+  if (!p || (p->started_epoch != 0 && p->started_epoch != started)) {
     s->send(msg::Error{req, "removed: host '" + s->place()->host + "' slot " + std::to_string(s->place()->slot) +
-                                " is not in epoch " + std::to_string(assignment_.epoch)});
+                                " is not this worker's in epoch " + std::to_string(assignment_.epoch)});
     return;
   }
-  place(s, *p, assignment_.epoch);
+  WorkerPlace mine = *p;
+  mine.started_epoch = started;
+  place(s, mine, assignment_.epoch);
   s->send(msg::JoinOk{req, assignment_.epoch, p->rank, assignment_.size(), p->local_rank, p->local_size,
                       p->cross_rank, p->cross_size});
   ER_LOG(rendezvous, debug, "rank {} re-joined in epoch {} ('{}' slot {})", p->rank, assignment_.epoch, p->host,
          p->slot);
-  if (cb_.on_worker_joined) cb_.on_worker_joined(*p, assignment_.epoch);
+  if (cb_.on_worker_joined) cb_.on_worker_joined(mine, assignment_.epoch);
   collect_epochs();
 }
 

@@ -243,6 +243,46 @@ def test_host_removed_by_discovery_stops_its_workers(job, tmp_path):
     assert first(events, "worker_exited", host="127.0.0.2")["removed"] is True
 
 
+@pytest.mark.parametrize("old_exit", ["prompt", "slow"])
+def test_host_removed_and_listed_again_at_once_gets_a_new_worker(job, tmp_path, old_exit):
+    """Discovery drops a host and lists it again 0.6 s later. The old and the new worker
+    share host and slot; what concerns the old one (its exit report, its rendezvous
+    connection closing, the SIGKILL that follows its SIGTERM after 2 s) must not reach the
+    new one. Before the fix, that SIGKILL killed the new worker, whose lost connection
+    then blacklisted the host ("prompt"), and an old worker slow to exit (its first
+    incarnation ignores SIGTERM and lingers 1.5 s) had its exit taken for the new one's
+    ("slow"). The new worker starts once the old one has exited."""
+    hosts, script = discovery(tmp_path, ["localhost:1", "127.0.0.3:1"])
+    ev = tmp_path / "events"
+    prog = TESTPROG
+    if old_exit == "slow":
+        prog = per_host_wrapper(tmp_path, {"127.0.0.3": f'[ "$ELASTICRUN_EPOCH" = 1 ] && '
+                                                        f'{{ trap "" TERM; {TESTPROG} "$@"; sleep 1.5; exit 0; }}'})
+    p = job.start(["--min-np", 1, "--host-discovery-script", script, "--discovery-interval", 0.2,
+                   "--events", ev, prog, "--elastic", "--allreduce-seconds", 8])
+    wait_for_workers(job, 2)
+    wait_for_event(job, ev, "epoch_joined", epoch=1)
+    hosts.write_text("localhost:1\n")
+    wait_for_event(job, ev, "host_removed", host="127.0.0.3")
+    time.sleep(0.6)
+    hosts.write_text("localhost:1\n127.0.0.3:1\n")
+    out, err = p.communicate(timeout=60)
+    events = job.events(ev)
+    assert p.returncode == 0, err
+    assert "blacklisting" not in err, err
+    assert first(events, "host_blacklisted") is None, events
+    old, new = [e for e in events if e["event"] == "worker_started" and e["host"] == "127.0.0.3"]
+    old_exited = first(events, "worker_exited", pid=old["pid"])
+    assert old_exited["removed"] is True, events
+    assert new["t"] > old_exited["t"], events  # one process per slot at a time
+    new_exited = first(events, "worker_exited", pid=new["pid"])
+    assert (new_exited["code"], new_exited["signal"], new_exited["removed"]) == (0, 0, False), events
+    last = epochs(events)[-1]
+    assert [a["host"] for a in last["assignment"]] == ["localhost", "127.0.0.3"], last
+    assert first(events, "epoch_joined", epoch=last["epoch"]), events
+    assert out.count("done after") == 2
+
+
 def test_flapping_discovery(job, tmp_path):
     hosts, script = discovery(tmp_path, ["localhost:1", "127.0.0.2:1"])
     ev = tmp_path / "events"

@@ -24,7 +24,10 @@ class RendezvousTest : public ::testing::Test {
  protected:
   void SetUp() override {
     rendezvous::Server::Callbacks cb;
-    cb.on_worker_lost = [this](const rendezvous::WorkerPlace& p, std::uint64_t) { lost_ranks_.push_back(p.rank); };
+    cb.on_worker_lost = [this](const rendezvous::WorkerPlace& p, std::uint64_t) {
+      lost_ranks_.push_back(p.rank);
+      lost_started_.push_back(p.started_epoch);
+    };
     rendezvous::ServerLimits limits;
     limits.handshake_timeout = std::chrono::milliseconds(500);
     server_ = std::make_unique<rendezvous::Server>(io_, secret_, asio::ip::tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0),
@@ -45,8 +48,20 @@ class RendezvousTest : public ::testing::Test {
     io_.stop();
     thread_.join();
   }
-  std::unique_ptr<RendezvousClient> join(const std::string& host, int slot, const auth::Secret* s = nullptr) {
-    return std::make_unique<RendezvousClient>(addr_, s ? *s : secret_, host, slot, 1, Clock::now() + std::chrono::seconds(5));
+  // `started`: the epoch the worker was started in (its ELASTICRUN_EPOCH).
+  std::unique_ptr<RendezvousClient> join(const std::string& host, int slot, const auth::Secret* s = nullptr,
+                                         std::uint64_t started = 1) {
+    return std::make_unique<RendezvousClient>(addr_, s ? *s : secret_, host, slot, started,
+                                              Clock::now() + std::chrono::seconds(5));
+  }
+  template <class F>
+  auto on_io(F f) {
+    std::promise<decltype(f())> p;
+    asio::post(io_, [&] {
+      if constexpr (std::is_void_v<decltype(f())>) f(), p.set_value();
+      else p.set_value(f());
+    });
+    return p.get_future().get();
   }
   // A raw TCP connection for sending arbitrary bytes.
   int raw_connect() {
@@ -77,6 +92,7 @@ class RendezvousTest : public ::testing::Test {
   std::thread thread_;
   std::string addr_;
   std::vector<int> lost_ranks_;
+  std::vector<std::uint64_t> lost_started_;
 };
 
 TEST_F(RendezvousTest, JoinAssignsRanksAndTopology) {
@@ -231,6 +247,31 @@ TEST_F(RendezvousTest, ConnectionLossWithoutLeaveIsReported) {
     lost = p.get_future().get();
   }
   EXPECT_EQ(lost, (std::vector<int>{2}));
+}
+
+// h1 is removed in epoch 2 and listed again in epoch 3, where a new worker (started in
+// epoch 3) holds its place. The old worker, still stopping, may neither re-join nor join
+// it, and its lost connection is reported as its own (started in epoch 1).
+TEST_F(RendezvousTest, PlaceListedAgainBelongsToItsNewWorkerOnly) {
+  auto old = join("h1", 0);
+  on_io([this] { server_->start_epoch(rendezvous::assign({{"h0", 2}}, 0, 2), msg::NotifyKind::abort, "removed"); });
+  on_io([this] {
+    auto a = rendezvous::assign({{"h0", 2}, {"h1", 1}}, 0, 3);
+    for (auto& w : a.workers) w.started_epoch = w.host == "h1" ? 3 : 1;
+    server_->start_epoch(a, msg::NotifyKind::hosts_updated, "listed again");
+  });
+  EXPECT_THROW(old->rejoin(3, Clock::now() + std::chrono::seconds(5)), Error);
+  EXPECT_THROW(join("h1", 0, nullptr, 1), Error);
+  auto fresh = join("h1", 0, nullptr, 3);
+  EXPECT_EQ(fresh->joined().epoch, 3u);
+  EXPECT_EQ(fresh->joined().rank, 2);
+  old.reset();  // closes without leave
+  std::vector<std::uint64_t> lost;
+  for (int i = 0; i < 100 && lost.empty(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    lost = on_io([this] { return lost_started_; });
+  }
+  EXPECT_EQ(lost, (std::vector<std::uint64_t>{1}));
 }
 
 }  // namespace
