@@ -5,6 +5,7 @@ worker SIGKILLed mid-epoch, hosts added and removed by a discovery script), chec
 that every sample of every epoch was processed exactly once in the surviving lineage."""
 import json
 import os
+import re
 import subprocess
 from collections import Counter
 
@@ -17,16 +18,24 @@ OPTIMIZER = HERE / "workers" / "torch_optimizer.py"
 ELASTIC = HERE / "workers" / "torch_elastic.py"
 
 
-def ok_lines(r, tag, n):
+def check_ok_lines(r, tag, n):
+    """Exit 0 and `tag` printed by each of the `n` ranks."""
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert r.stdout.count(tag) == n, r.stdout[-3000:]
 
 
+# At least this many checks per rank (2 ranks' counts), so that a mode that stopped
+# checking fails.
+MIN_CHECKS = {"allreduce": 700, "others": 180, "functions": 6, "state": 11}
+
+
 @pytest.mark.parametrize("np", [2, 3])
-@pytest.mark.parametrize("mode", ["allreduce", "others", "functions", "state"])
+@pytest.mark.parametrize("mode", list(MIN_CHECKS))
 def test_collectives_match_references(job, mode, np):
     r = run_python(job, ["-np", np], CHECKS, mode, timeout=180)
-    ok_lines(r, f"torch_checks {mode}: OK", np)
+    check_ok_lines(r, f"torch_checks {mode}: OK", np)
+    counts = [int(c) for c in re.findall(rf"torch_checks {mode}: OK (\d+) checks", r.stdout)]
+    assert len(counts) == np and min(counts) >= MIN_CHECKS[mode], counts
 
 
 def test_collective_before_init_is_a_clear_error():
@@ -39,7 +48,7 @@ def test_collective_before_init_is_a_clear_error():
                                      ("sum", 3)])
 def test_distributed_optimizer_matches_one_process(job, mode, np):
     r = run_python(job, ["-np", np], OPTIMIZER, mode, timeout=180)
-    ok_lines(r, f"torch_optimizer {mode}: OK", np)
+    check_ok_lines(r, f"torch_optimizer {mode}: OK", np)
 
 
 N_SAMPLES, EPOCHS = 90, 3  # as in workers/torch_elastic.py
