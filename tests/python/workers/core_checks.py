@@ -7,21 +7,10 @@ import time
 import numpy as np
 
 import elasticrun as er
+from checklib import check, finish, raises
 
 DTYPES = [np.float16, np.float32, np.float64, np.int8, np.uint8, np.int32, np.int64]
 OPS = {"sum": er.Sum, "avg": er.Average, "min": er.Min, "max": er.Max, "prod": er.Product}
-failures = []
-checks = 0
-
-
-def check(ok, what):
-    global checks
-    checks += 1
-    if not ok:
-        failures.append(what)
-        print("FAIL", what, flush=True)
-
-
 def input_of(r, n, dtype, op):
     """Rank r's input: small integers, so that every reduction is exact in every type
     (products of values in {1, 2} for at most 3 ranks fit in int8)."""
@@ -150,15 +139,7 @@ def mode_dlpack():
 
 
 def expect_raises(exc, fn, needle, what):
-    try:
-        fn()
-    except exc as e:
-        check(needle in str(e), f"{what}: message {e!r} lacks {needle!r}")
-        return
-    except Exception as e:  # noqa: BLE001 - the wrong kind is the failure reported
-        check(False, f"{what}: raised {type(e).__name__}: {e}")
-        return
-    check(False, f"{what}: did not raise")
+    raises(exc, fn, what, needle)
 
 
 def mode_errors():
@@ -209,10 +190,7 @@ def main():
         check(er.is_initialized(), "is_initialized")
         globals()["mode_" + mode]()
     er.shutdown()
-    if failures:
-        print(f"core_checks {mode}: {len(failures)} of {checks} checks FAILED", flush=True)
-        sys.exit(1)
-    print(f"core_checks {mode}: OK {checks} checks", flush=True)
+    finish(f"core_checks {mode}")
 
 
 if __name__ == "__main__":

@@ -6,34 +6,11 @@ import sys
 import torch
 
 import elasticrun.torch as hvd
+from checklib import check, finish, raises
 
 DTYPES = [torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.int8, torch.uint8, torch.int32,
           torch.int64]
 OPS = {"sum": hvd.Sum, "avg": hvd.Average, "min": hvd.Min, "max": hvd.Max, "prod": hvd.Product}
-failures = []
-checks = 0
-
-
-def check(ok, what):
-    global checks
-    checks += 1
-    if not ok:
-        failures.append(what)
-        print("FAIL", what, flush=True)
-
-
-def raises(kind, fn, what, text=None):
-    try:
-        fn()
-    except kind as e:
-        check(text is None or text in str(e), f"{what}: message {e!r} lacks {text!r}")
-        return
-    except Exception as e:  # noqa: BLE001 - reported as a failure
-        check(False, f"{what}: raised {type(e).__name__}: {e}, not {kind.__name__}")
-        return
-    check(False, f"{what}: did not raise {kind.__name__}")
-
-
 def input_of(r, n, dtype, op):
     """Rank r's input: small integers, exact in every type (products of {1, 2} over at
     most 3 ranks fit in int8; sums of [-5, 5] too)."""
@@ -304,13 +281,9 @@ def main():
     if mode != "before_init":
         hvd.init()
     globals()["mode_" + mode]()
-    tag = f"torch_checks {mode}"
-    if failures:
-        print(f"{tag}: {len(failures)} of {checks} checks FAILED", flush=True)
-        sys.exit(1)
-    print(f"{tag}: OK {checks} checks", flush=True)
     if mode != "before_init":
         hvd.shutdown()
+    finish(f"torch_checks {mode}")
 
 
 if __name__ == "__main__":
