@@ -8,12 +8,14 @@ rank by construction, so the ranks need no negotiation round to agree on what to
 next (Horovod negotiates by tensor name on every step). A hook on each parameter's
 gradient accumulator counts the backward passes; when a parameter's gradient is final
 (after `backward_passes_per_step` passes) it is ready, and when every parameter of the
-next bucket in order is ready, its gradients are copied into the bucket's flat buffer
-and the buffer's allreduce is issued asynchronously: it runs on the library's engine
+next bucket in order is ready, the buffer's allreduce is issued asynchronously (the
+gradients are views of the bucket's flat buffer from the first step on, so nothing is
+copied; before that, and after zero_grad(set_to_none=True), they are copied in): it runs on the library's engine
 thread, with the GIL released, while backward() goes on computing earlier layers.
 step() (or synchronize()) issues the buckets still missing (a parameter without a
 gradient contributes zeros, and gets a zero gradient, as in Horovod), waits for all of
-them in order and copies the averages back into the gradients.
+them in order; the gradients, views of the buffers, then hold the averages (with
+compression they are copied back).
 
 The hooks reduce even when size() is 1: in an elastic job the world may grow again, and
 every rank must issue the same collectives.
@@ -121,8 +123,13 @@ class _DistributedOptimizer:
             part = b.buffer[at:at + p.numel()]
             if p.grad is None:
                 part.zero_()
-            else:
+            elif p.grad.data_ptr() != part.data_ptr():
                 part.copy_(p.grad.detach().reshape(-1))
+                # From now on the gradient is a view of its bucket (as DDP's
+                # gradient_as_bucket_view): backward accumulates into it in place and
+                # zero_grad() zeroes it in place, so later steps copy nothing in or out.
+                # zero_grad(set_to_none=True) or a new .grad only costs this copy again.
+                p.grad = part.view_as(p)
         sent, cctx = self._compression.compress(b.buffer)
         sent = sent.contiguous()
         if self._op == ops.Average:
@@ -151,7 +158,9 @@ class _DistributedOptimizer:
                 h.wait()
                 out = self._compression.decompress(sent, cctx)
                 for p, at in zip(b.params, b.offsets):
-                    p.grad.copy_(out[at:at + p.numel()].view_as(p.grad))
+                    part = out[at:at + p.numel()]
+                    if p.grad.data_ptr() != part.data_ptr():  # not already the result's view
+                        p.grad.copy_(part.view_as(p.grad))
         except BaseException:
             self._er_reset()  # a failed step leaves nothing half-issued behind
             raise
