@@ -2,7 +2,7 @@
 each global batch against one process training on the whole batch (computed by every
 rank for itself, from the same seed). Modes: plain, bpps (backward_passes_per_step=2),
 fp16 (Compression.fp16), clip (synchronize + clip_grad_norm_ + skip_synchronize),
-sum (op=Sum with the loss scaled by 1/size). Prints `torch_optimizer <mode>: OK ...` or
+sum (op=Sum with the loss scaled by 1/size), setnone (zero_grad(set_to_none=True)). Prints `torch_optimizer <mode>: OK ...` or
 FAIL lines; exit status 1 on failure."""
 import copy
 import sys
@@ -69,7 +69,9 @@ def main():
         ref_opt.step()
         # this rank: its share of the batch
         xs, ys = x[r * share:(r + 1) * share], y[r * share:(r + 1) * share]
-        opt.zero_grad()
+        # setnone: gradients dropped every step, so they are copied into the buckets each
+        # time instead of being their views
+        opt.zero_grad(set_to_none=(mode == "setnone"))
         if mode == "bpps":
             half = share // 2
             for part in (slice(0, half), slice(half, share)):
