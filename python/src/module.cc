@@ -336,6 +336,18 @@ PYBIND11_MODULE(_core, m) {
         py::arg("dtype"), py::arg("op") = 0, py::arg("root") = 0, py::arg("prescale") = 1.0,
         py::arg("postscale") = 1.0, py::arg("async_") = false, py::arg("keep") = py::none(),
         py::arg("check") = false);
+  // The torch layer's hot path (allreduce_ on a plain tensor): four arguments, no
+  // keyword handling, synchronous, checked as set_shape_check says.
+  m.def(
+      "allreduce_inplace_ptr",
+      [](std::uintptr_t p, std::size_t count, int type, int op) {
+        if (type < 0 || type > static_cast<int>(DataType::i64)) throw py::value_error("unknown element type code");
+        Request r{Request::Kind::allreduce, reinterpret_cast<const void*>(p), reinterpret_cast<void*>(p), count,
+                  static_cast<DataType>(type), op_of(op)};
+        r.check = shape_check();
+        issue([r](Context& ctx) { execute(ctx, r); }, false, py::none(), yields(py::none()));
+      },
+      py::arg("ptr"), py::arg("count"), py::arg("dtype"), py::arg("op"));
   m.def(
       "set_shape_check", [](bool on) { shape_check() = on; }, py::arg("on"),
       "Whether collectives on buffers first check that every rank passes the same count and type");

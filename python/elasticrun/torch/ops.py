@@ -164,9 +164,7 @@ def _allreduce_inplace(tensor, op, pre, post, async_, what):
             and not tensor.requires_grad and tensor.is_contiguous():
         code = _CODES.get(tensor.dtype)
         if code is not None:
-            p = tensor.data_ptr()
-            _core.ptr_collective("allreduce", p, p, tensor.numel(), code, op, 0, 1.0, 1.0, False, None,
-                                 _core.shape_check())
+            _core.allreduce_inplace_ptr(tensor.data_ptr(), tensor.numel(), code, op)
             return tensor
     code = _code(tensor, what)
     _check_scale(tensor, pre, post, what)
