@@ -140,22 +140,30 @@ std::shared_ptr<Completion> Engine::submit(Task t) {
   return c;
 }
 
+std::exception_ptr Engine::attempt(const Task& t) noexcept {
+  try {
+    t(ctx_);
+  } catch (...) {
+    return std::current_exception();
+  }
+  return nullptr;
+}
+
+void Engine::ran() {
+  busy_ = false;
+  if (queue_.empty()) idle_cv_.notify_all();
+  else cv_.notify_one();  // queued behind an inline task: the thread's turn
+}
+
 void Engine::run(const Task& t) {
   {
     std::unique_lock lock(mu_);
     if (!busy_ && queue_.empty()) {
       busy_ = true;
       lock.unlock();
-      std::exception_ptr error;
-      try {
-        t(ctx_);
-      } catch (...) {
-        error = std::current_exception();
-      }
+      std::exception_ptr error = attempt(t);
       lock.lock();
-      busy_ = false;
-      if (queue_.empty()) idle_cv_.notify_all();
-      else cv_.notify_one();
+      ran();
       if (error) std::rethrow_exception(error);
       return;
     }
@@ -183,16 +191,9 @@ void Engine::loop() {
     queue_.pop_front();
     busy_ = true;
     lock.unlock();
-    std::exception_ptr error;
-    try {
-      task(ctx_);
-    } catch (...) {
-      error = std::current_exception();
-    }
-    completion->finish(error);
+    completion->finish(attempt(task));
     lock.lock();
-    busy_ = false;
-    if (queue_.empty()) idle_cv_.notify_all();
+    ran();
   }
 }
 

@@ -88,6 +88,10 @@ class Engine {
 
  private:
   void loop();
+  // Runs the task on this thread; its error, if any.
+  std::exception_ptr attempt(const Task& t) noexcept;
+  // With mu_ held, after a task ran: idle, or the next one's turn.
+  void ran();
 
   Context& ctx_;
   std::mutex mu_;
