@@ -97,38 +97,35 @@ def _forget_step(optimizer):
         reset()
 
 
-class OptimizerStateHandler(StateHandler):
-    """A torch.optim.Optimizer: its state_dict, deep-copied (momentum buffers are
-    updated in place)."""
+class _StateDictHandler(StateHandler):
+    """An object kept by its state_dict, deep-copied (an optimizer's momentum buffers
+    are updated in place, so a shallow copy would follow them)."""
 
-    def __init__(self, optimizer):
-        super().__init__(optimizer)
+    def __init__(self, value):
+        super().__init__(value)
         self.save()
 
     def save(self):
         self._saved = copy.deepcopy(self.value.state_dict())
 
     def restore(self):
-        _forget_step(self.value)
         self.value.load_state_dict(copy.deepcopy(self._saved))
+
+
+class OptimizerStateHandler(_StateDictHandler):
+    """A torch.optim.Optimizer: its state_dict; the step in progress is forgotten."""
+
+    def restore(self):
+        _forget_step(self.value)
+        super().restore()
 
     def sync(self):
         _forget_step(self.value)
         broadcast_optimizer_state(self.value, root_rank=0)
 
 
-class LRSchedulerStateHandler(StateHandler):
-    """A learning-rate scheduler: its state_dict, deep-copied."""
-
-    def __init__(self, scheduler):
-        super().__init__(scheduler)
-        self.save()
-
-    def save(self):
-        self._saved = copy.deepcopy(self.value.state_dict())
-
-    def restore(self):
-        self.value.load_state_dict(copy.deepcopy(self._saved))
+class LRSchedulerStateHandler(_StateDictHandler):
+    """A learning-rate scheduler: its state_dict."""
 
     def sync(self):
         self.value.load_state_dict(broadcast_object(self.value.state_dict(), 0))
