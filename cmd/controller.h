@@ -1,0 +1,211 @@
+// The epoch controller: every decision of an elastic job, without I/O.
+//
+// Events come in (hosts discovered, a worker started, joined, exited or was lost, a
+// daemon closed, an epoch abandoned, time passed); commands go out, queued in order
+// (spawn a worker, signal one, start or abort an epoch, finish the job, tell the user,
+// log an event). The controller owns the membership, the assignment, the worker table
+// and every deadline of the protocol (joining, the elastic wait, blacklist cool-downs,
+// abandoned epochs, SIGTERM-then-SIGKILL). It never reads a clock: each event carries
+// its time, and the caller calls tick() at next_deadline(). So the timing rules are
+// unit-tested with a fake clock (tests/cmd/controller_test.cc).
+//
+// Job wires it to the daemons, the rendezvous server and discovery: it feeds events
+// and carries out take()'s commands. A command may cause another event (starting a
+// daemon can fail at once); the controller is never re-entered, because commands run
+// only after the event that queued them has returned.
+//
+//   controller.cc         workers: started, joined, exited, lost; daemons; finishing
+//   controller_epochs.cc  membership: failures, host changes, epochs, deadlines
+#pragma once
+
+#include "common/messages.h"
+#include "discovery/hosts.h"
+#include "rendezvous/assignment.h"
+#include "rendezvous/membership.h"
+
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <variant>
+#include <vector>
+
+namespace elasticrun::cmd {
+
+struct Options;
+
+using TimePoint = std::chrono::steady_clock::time_point;
+using Place = rendezvous::Place;  // (host, slot); slot -1: the whole host
+
+struct ControllerConfig {
+  bool elastic = false;
+  int np = 1, min_np = 1, max_np = 0;  // min_np and max_np: elastic mode only
+  std::chrono::milliseconds start_timeout{60000}, rendezvous_timeout{60000}, elastic_timeout{600000};
+  int reset_limit = 0;  // 0: unlimited
+  std::optional<std::pair<std::chrono::milliseconds, std::chrono::milliseconds>> cooldown;
+  // How long a worker's report that it gave up on the epoch waits for a failure that
+  // explains it before the epoch is replaced anyway.
+  std::chrono::milliseconds abandon_grace{2000};
+  // SIGTERM to SIGKILL, for a worker taken out of the job.
+  std::chrono::milliseconds stop_grace{2000};
+
+  static ControllerConfig of(const Options& o);
+};
+
+// Commands, carried out by the caller in the order queued.
+namespace command {
+struct Spawn {  // start the place's worker (its daemon first, if need be)
+  Place place;
+  int rank = 0, size = 0;
+  std::uint64_t started_epoch = 0;
+};
+struct Signal {  // signal the process at a place, if its daemon is still there
+  Place place;
+  int signal = 0;
+};
+struct StartEpoch {
+  rendezvous::Assignment assignment;
+  msg::NotifyKind kind = msg::NotifyKind::abort;
+  std::string reason;
+};
+struct AbortEpoch {  // the current epoch is broken and no next one can start yet
+  std::string reason;
+};
+struct CloseOutput {  // a rank's process ended: flush what it wrote
+  int rank = -1;
+};
+struct Say {  // one line for the user, on stderr
+  std::string text;
+};
+struct Emit {  // one line of the --events log
+  std::string event;
+  nlohmann::json fields;
+};
+struct Finish {  // the job is over: stop everything
+  int code = 0;
+  std::string message;
+};
+}  // namespace command
+
+using Command = std::variant<command::Spawn, command::Signal, command::StartEpoch, command::AbortEpoch,
+                             command::CloseOutput, command::Say, command::Emit, command::Finish>;
+
+// How a daemon's connection ended.
+enum class DaemonEnd { clean, lost, not_started };
+
+class EpochController {
+ public:
+  explicit EpochController(ControllerConfig cfg);
+
+  // A fixed host list (-H, --hostfile): the job's hosts from the start, no host events.
+  void use_hosts(std::vector<discovery::Host> hosts, TimePoint now);
+  // The discovery script's latest host list.
+  void hosts_changed(const std::vector<discovery::Host>& hosts, TimePoint now);
+
+  void worker_started(const std::string& host, std::uint32_t slot, int pid);
+  // From the rendezvous server; `p.started_epoch` says which process it is.
+  void worker_joined(const rendezvous::WorkerPlace& p, std::uint64_t epoch);
+  void worker_lost(const rendezvous::WorkerPlace& p, TimePoint now);  // its connection closed
+  void epoch_abandoned(const rendezvous::WorkerPlace& p, std::uint64_t epoch, TimePoint now);
+  // From the daemons.
+  void worker_exited(const std::string& host, const msg::Exited& e, TimePoint now);
+  void spawn_failed(const std::string& host, std::uint32_t slot, const std::string& why);
+  void daemon_closed(const std::string& host, DaemonEnd end, const std::string& why, TimePoint now);
+  // From anywhere (a signal, a launch failure): the job ends with `code`.
+  void finish(int code, const std::string& message);
+  // Acts on every deadline that has passed by `now`.
+  void tick(TimePoint now);
+
+  // When tick() has something to do next; nullopt: nothing is due.
+  std::optional<TimePoint> next_deadline(TimePoint now) const;
+  // The next command to carry out, in order.
+  std::optional<Command> take();
+
+  bool finished() const { return exit_code_ >= 0; }
+  int exit_code() const { return exit_code_; }
+  int resets() const { return resets_; }
+  const rendezvous::Assignment& assignment() const { return assignment_; }
+  // The rank of the process running at the place (a stopping one before its
+  // successor), for routing its output.
+  std::optional<int> rank_at(const std::string& host, std::uint32_t slot) const;
+
+ private:
+  struct Worker {
+    int rank = -1;  // in the current epoch
+    int pid = 0;
+    std::uint64_t joined_epoch = 0;
+    // Until when the driver waits for it to join, from the epoch the wait began in, with
+    // that wait's limit (--start-timeout until it first joined, then
+    // --rendezvous-timeout). Kept across epochs it misses, so that epochs abandoned faster
+    // than the limit cannot keep a silent worker in.
+    TimePoint join_deadline{};
+    std::uint64_t awaited_from_epoch = 0;
+    std::chrono::milliseconds join_limit{0};
+    // Which process this is: the epoch it was started in (its ELASTICRUN_EPOCH). A place
+    // removed and listed again has a new worker while the old one may still be stopping.
+    std::uint64_t started_epoch = 0;
+    bool spawn_pending = false;  // waits for the place's previous worker to exit
+    bool exited = false;         // its exit was reported
+    bool exited_ok = false;      // finished with status 0
+    std::optional<TimePoint> kill_at;  // retired with SIGTERM: SIGKILL then
+  };
+  // Why a worker (or a whole host) is failed. The kind decides what happens; the text
+  // is for people.
+  struct Failure {
+    enum class Kind { exited, connection_lost, join_timeout, daemon_lost } kind;
+    std::string text;
+  };
+
+  // controller.cc
+  void spawn(const rendezvous::WorkerPlace& w);
+  void launch(const Place& p, const Worker& w);
+  bool retire(const Place& p, int sig, std::optional<TimePoint> kill_at = std::nullopt);
+  Worker* worker(const Place& p);
+  Worker* worker(const rendezvous::WorkerPlace& p);
+  const Worker* process_at(const Place& p) const;
+  std::string describe(const Place& p) const;
+  void emit(std::string event, nlohmann::json fields);
+  void say(std::string text);
+  void end(int code, const std::string& message);
+
+  // controller_epochs.cc
+  void worker_failed(const Place& p, const Failure& why, TimePoint now);
+  void reconcile(TimePoint now);
+  void begin_epoch(rendezvous::Plan plan, msg::NotifyKind kind, const std::string& reason, TimePoint now);
+  void remove_worker(const Place& p, TimePoint now);
+  std::vector<Place> not_joined() const;
+  void join_timeout(TimePoint now);
+  void wait_for_slots(TimePoint now);
+  std::set<Place> alive() const;
+  bool all_finished() const;
+
+  ControllerConfig cfg_;
+  rendezvous::Membership membership_;
+  rendezvous::Assignment assignment_;  // epoch 0: none yet
+  // The worker each place has now (in the current epoch, or about to leave it), and
+  // the workers stopped (removed or failed) whose exit the daemon has not reported yet.
+  // A place's next worker starts only once its retired one exited: at most one process
+  // per place, so that the daemon's reports and kills by slot name one process, and two
+  // never share a slot's device or shared-memory directory.
+  std::map<Place, Worker> workers_, retired_;
+  // Hosts whose daemon closed: their workers have no process any more. A spawn there
+  // starts a new daemon.
+  std::set<std::string> daemon_gone_;
+  std::deque<Command> out_;
+  std::optional<TimePoint> elastic_deadline_;  // waiting for --min-np slots until then
+  std::optional<TimePoint> cooldown_end_;  // the next end of a blacklisted host's cool-down
+  std::optional<TimePoint> abandon_deadline_;
+  std::string abandoned_by_;
+  std::uint64_t abandoned_epoch_ = 0;
+  bool epoch_broken_ = false;  // a failure happened since the current epoch started
+  std::string broken_reason_;
+  int resets_ = 0;
+  int exit_code_ = -1;
+};
+
+}  // namespace elasticrun::cmd

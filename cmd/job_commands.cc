@@ -1,0 +1,86 @@
+// Job's side of the epoch controller: events go in one at a time, and its commands are
+// carried out in the order it queued them.
+#include "cmd/job.h"
+
+#include "common/env.h"
+#include "common/log.h"
+
+#include <fmt/format.h>
+
+namespace elasticrun::cmd {
+
+// Delivers `event` now, unless commands are being carried out: then it waits until they
+// are (a command that fails at once, such as a daemon that cannot start, reports it as an
+// event of its own, after the commands queued before it).
+void Job::feed(Event event) {
+  deferred_.push_back(std::move(event));
+  if (carrying_out_) return;
+  carrying_out_ = true;
+  while (!deferred_.empty()) {
+    Event next = std::move(deferred_.front());
+    deferred_.pop_front();
+    next(controller_, std::chrono::steady_clock::now());
+    while (auto c = controller_.take()) carry_out(*c);
+  }
+  carrying_out_ = false;
+  arm_controller_timer();
+}
+
+void Job::arm_controller_timer() {
+  auto now = std::chrono::steady_clock::now();
+  auto due = controller_.next_deadline(now);
+  if (!due) {
+    controller_timer_.cancel();
+    return;
+  }
+  controller_timer_.expires_at(*due);
+  controller_timer_.async_wait([this](boost::system::error_code ec) {
+    if (!ec) feed([](EpochController& c, TimePoint now) { c.tick(now); });
+  });
+}
+
+void Job::carry_out(const Command& c) {
+  std::visit(
+      [this](const auto& x) {
+        using T = std::decay_t<decltype(x)>;
+        if constexpr (std::is_same_v<T, command::Spawn>) {
+          spawn(x);
+        } else if constexpr (std::is_same_v<T, command::Signal>) {
+          signal_worker(x.place, x.signal);
+        } else if constexpr (std::is_same_v<T, command::StartEpoch>) {
+          server_->start_epoch(x.assignment, x.kind, x.reason);
+        } else if constexpr (std::is_same_v<T, command::AbortEpoch>) {
+          server_->abort_epoch(x.reason);
+        } else if constexpr (std::is_same_v<T, command::CloseOutput>) {
+          output_.finish(x.rank);
+        } else if constexpr (std::is_same_v<T, command::Say>) {
+          fmt::print(stderr, "elasticrun: {}\n", x.text);
+        } else if constexpr (std::is_same_v<T, command::Emit>) {
+          events_.emit(x.event, x.fields);
+        } else {
+          static_assert(std::is_same_v<T, command::Finish>);
+          stop_everything(x.message);
+        }
+      },
+      c);
+}
+
+// Starts the place's worker through its host's daemon (started first if need be; one
+// that cannot start is reported as an event of its own).
+void Job::spawn(const command::Spawn& s) {
+  DaemonLink* d = ensure_daemon(s.place.first);
+  if (!d) return;
+  auto env = opts_.env;
+  auto rejoin = opts_.elastic_timeout + opts_.rendezvous_timeout;
+  env.push_back(fmt::format("{}={:.3f}", env::kRejoinTimeout, rejoin.count() / 1000.0));
+  env.push_back(fmt::format("{}={:.3f}", env::kHostTimeout, opts_.host_timeout.count() / 1000.0));
+  d->send(msg::Spawn{static_cast<std::uint32_t>(s.place.second), s.started_epoch, s.rank, s.size, opts_.command, env});
+}
+
+void Job::signal_worker(const Place& p, int sig) {
+  auto it = daemons_.find(p.first);
+  if (it != daemons_.end() && !it->second->closed())
+    it->second->send(msg::Kill{static_cast<std::uint32_t>(p.second), sig});
+}
+
+}  // namespace elasticrun::cmd
