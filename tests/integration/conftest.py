@@ -136,6 +136,17 @@ def namespace_cluster(hosts, slots):
     subprocess.run([str(script), "down"], capture_output=True, timeout=120)
 
 
+def discovery_script(tmp_path, lines):
+    """A --host-discovery-script that prints the file it returns (one host a line), which
+    the test rewrites to add and remove hosts."""
+    hosts = tmp_path / "hosts"
+    hosts.write_text("".join(line + "\n" for line in lines))
+    script = tmp_path / "discover.sh"
+    script.write_text(f"#!/bin/sh\ncat {hosts}\n")
+    script.chmod(0o755)
+    return hosts, script
+
+
 def shm_entries():
     try:
         return {e.name for e in os.scandir("/dev/shm") if e.name.startswith(("ucx", "elasticrun.", "elasticrun-coll."))}

@@ -10,18 +10,10 @@ from pathlib import Path
 import pytest
 
 from conftest import TESTPROG, our_processes
+from conftest import discovery_script as discovery
 from test_launch import argv0, wait_for_workers, worker_and_daemon_on
 
 HOSTS3 = "localhost:2,127.0.0.2:1,127.0.0.3:1"
-
-
-def discovery(tmp_path, lines):
-    hosts = tmp_path / "hosts"
-    hosts.write_text("".join(l + "\n" for l in lines))
-    script = tmp_path / "discover.sh"
-    script.write_text(f"#!/bin/sh\ncat {hosts}\n")
-    script.chmod(0o755)
-    return hosts, script
 
 
 def first(events, name, **match):

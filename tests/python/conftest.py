@@ -25,6 +25,7 @@ BUILD = integration.BUILD
 ROOT = integration.ROOT
 ELASTICRUN = integration.ELASTICRUN
 our_processes = integration.our_processes
+discovery_script = integration.discovery_script
 PYTHON = "/usr/bin/python3"
 PYTHONPATH = str(BUILD / "python")
 HERE = Path(__file__).resolve().parent
@@ -46,16 +47,6 @@ def run_python(job, np_args, script, *args, timeout=120, env=None):
 def start_python(job, np_args, script, *args, env=None):
     """As run_python, started: returns the Popen."""
     return job.start(["-x", "PYTHONPATH", *np_args, PYTHON, script, *args], env=python_env(env))
-
-
-def discovery_script(tmp_path, lines):
-    """A --host-discovery-script printing the file it returns, which the test rewrites."""
-    hosts = tmp_path / "hosts"
-    hosts.write_text("".join(line + "\n" for line in lines))
-    script = tmp_path / "discover.sh"
-    script.write_text(f"#!/bin/sh\ncat {hosts}\n")
-    script.chmod(0o755)
-    return hosts, script
 
 
 def workers_of(job, script_name, n, timeout=30):
