@@ -1,5 +1,5 @@
 // Reference values and checks of collectives, shared by allreduce_check (host memory)
-// and device_allreduce_check (device memory through NCCL).
+// and device_collective_check (device memory through NCCL).
 //
 // Inputs are small integers that depend on the rank and the index, so the exact result
 // is known in double precision; floating results are compared with a tolerance of about

@@ -1,5 +1,6 @@
-"""device_allreduce_check, the GPU check's worker, on this machine. Without a GPU its
---elastic mode runs on host buffers (--memory host): the same steps, failure modes and
+"""The GPU check's workers on this machine: examples/device_elastic_check,
+examples/device_collective_check and bench/device_allreduce_bench. Without a GPU the
+elastic check runs on host buffers (--memory host): the same steps, failure modes and
 commit arithmetic that scripts/gpu-check drives on a GPU, through the real launcher and
 real signals. Built only with the NCCL backend (CUDA and NCCL found at configure time)."""
 import os
@@ -8,10 +9,12 @@ import subprocess
 
 import pytest
 
-from conftest import EXAMPLES, ROOT, requires
+from conftest import BUILD, EXAMPLES, ROOT, requires
 
-DEV = EXAMPLES / "device_allreduce_check"
-needs_dev = requires("gpu", not DEV.exists(), "built without the NCCL backend")  # fails with ELASTICRUN_TEST_REQUIRE=gpu
+ELASTIC = EXAMPLES / "device_elastic_check"
+CHECK = EXAMPLES / "device_collective_check"
+BENCH = BUILD / "bench" / "device_allreduce_bench"
+needs_dev = requires("gpu", not ELASTIC.exists(), "built without the NCCL backend")  # fails with ELASTICRUN_TEST_REQUIRE=gpu
 GPU_CHECK = ROOT / "scripts" / "gpu-check"
 HOSTS3 = "localhost:1,127.0.0.2:1,127.0.0.3:1"
 
@@ -33,7 +36,7 @@ def test_elastic_survivors_finish_with_the_right_total(job, where, how):
     if how == "stop":  # found by the peers' collective timeout, then the join deadline
         args += ["--rendezvous-timeout", 5]
         env = {"ELASTICRUN_COLLECTIVE_TIMEOUT": "2"}
-    r = job.run([*args, DEV, "--elastic", "--memory", "host", "--steps", 100, "--fail-at-step", 35,
+    r = job.run([*args, ELASTIC, "--memory", "host", "--steps", 100, "--fail-at-step", 35,
                  "--fail-where", where, "--fail-how", how], timeout=120, env=env)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert f"rank 2: failing at step 35 ({how}, before the {where} allreduce)" in r.stdout, r.stdout
@@ -44,26 +47,29 @@ def test_elastic_survivors_finish_with_the_right_total(job, where, how):
 
 
 @needs_dev
-@pytest.mark.parametrize("args,message", [
-    (["--bogus"], "unknown argument '--bogus'"),
-    (["--steps", "-3"], "--steps '-3' is not a non-negative integer"),
-    (["--fail-how", "nap"], "--fail-how 'nap': want exit, kill or stop"),
-    (["--fail-where"], "--fail-where '': want host or device"),
-    (["--memory", "disk"], "--memory 'disk': want host or device"),
-    (["--check", "--memory", "host"], "--memory host goes with --elastic only"),
-    (["--bench", "--min-bytes", "64", "--max-bytes", "8"], "want 4 <= --min-bytes <= --max-bytes"),
-])
-def test_bad_arguments_exit_2_with_a_message(args, message):
-    r = subprocess.run([str(DEV), *args], capture_output=True, text=True, timeout=30)
+@pytest.mark.parametrize("prog,args,message", [
+    (ELASTIC, ["--bogus"], "device_elastic_check: unknown argument '--bogus'"),
+    (ELASTIC, ["--steps", "-3"], "--steps '-3' is not a non-negative integer"),
+    (ELASTIC, ["--steps"], "--steps needs a value"),
+    (ELASTIC, ["--fail-how", "nap"], "--fail-how 'nap': want exit, kill or stop"),
+    (ELASTIC, ["--fail-where"], "--fail-where '': want host or device"),
+    (ELASTIC, ["--memory", "disk"], "--memory 'disk': want host or device"),
+    (CHECK, ["--memory", "host"], "device_collective_check: unknown argument '--memory'"),
+    (BENCH, ["--min-bytes", "64", "--max-bytes", "8"], "device_allreduce_bench: want 4 <= --min-bytes <= --max-bytes"),
+    (BENCH, ["--steps", "3"], "device_allreduce_bench: unknown argument '--steps'"),
+], ids=lambda v: v.name if hasattr(v, "name") else None)
+def test_bad_arguments_exit_2_with_a_message(prog, args, message):
+    r = subprocess.run([str(prog), *args], capture_output=True, text=True, timeout=30)
     assert r.returncode == 2, (r.returncode, r.stderr)
     assert message in r.stderr, r.stderr
 
 
 @needs_dev
 @pytest.mark.skipif(shutil.which("nvidia-smi") is not None, reason="this machine may have a GPU")
-def test_without_a_gpu_the_device_modes_say_why_and_exit_77(job):
-    r = job.run(["-np", 1, DEV, "--check"], timeout=60)
-    assert "device_allreduce_check: " in r.stderr and ("no CUDA device" in r.stderr or "without" in r.stderr), r.stderr
+@pytest.mark.parametrize("prog", [CHECK, BENCH, ELASTIC], ids=lambda p: p.name)
+def test_without_a_gpu_the_device_programs_say_why_and_exit_77(job, prog):
+    r = job.run(["-np", 1, prog], timeout=60)
+    assert f"{prog.name}: " in r.stderr and ("no CUDA device" in r.stderr or "without" in r.stderr), r.stderr
     assert "exited with code 77" in r.stderr, r.stderr
 
 
