@@ -6,7 +6,6 @@
 #include "control/abort_signal.h"
 #include "device/device_backend.h"
 #include "control/memory_store.h"
-#include "device/nccl/nccl_device_communicator.h"
 
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>

@@ -32,4 +32,11 @@ Bytes exchange_nccl_id(Store& store, const std::string& scope, int rank, const s
   return id;
 }
 
+IdExchange store_id_exchange(std::shared_ptr<Store> store, std::string scope, int rank) {
+  return [store = std::move(store), scope = std::move(scope), rank](const std::function<Bytes()>& make_id,
+                                                                      Clock::time_point deadline) {
+    return exchange_nccl_id(*store, scope, rank, make_id, deadline);
+  };
+}
+
 }  // namespace elasticrun::collective

@@ -16,6 +16,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 
 namespace elasticrun::collective {
@@ -42,5 +43,11 @@ class DeviceScopes {
 // TimeoutError / WorkersFailed from the store.
 Bytes exchange_nccl_id(Store& store, const std::string& scope, int rank, const std::function<Bytes()>& make_id,
                        Clock::time_point deadline);
+
+// Gives every rank rank 0's unique id: rank 0 calls make_id. Bounded by the deadline.
+using IdExchange = std::function<Bytes(const std::function<Bytes()>& make_id, Clock::time_point deadline)>;
+
+// exchange_nccl_id through `store` under `<scope>nccl/id`.
+IdExchange store_id_exchange(std::shared_ptr<Store> store, std::string scope, int rank);
 
 }  // namespace elasticrun::collective

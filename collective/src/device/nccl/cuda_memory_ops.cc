@@ -1,8 +1,15 @@
-#include "device/nccl/cuda_memory_ops.h"
-
-#include "device/nccl/nccl_handle.h"
-#include "device/nccl/nccl_device_communicator.h"
+// The elastic State's MemoryOps on CUDA (device_backend.h's device_memory_ops).
+//
+// where() is device::memory_of (cudaPointerGetAttributes). copy() is cudaMemcpyAsync
+// (cudaMemcpyDefault: the direction follows from the pointers) on the legacy default
+// stream of the device that holds the device-side pointer, then a bounded poll of that
+// stream (wait_stream_idle): never cudaStreamSynchronize, which could block forever
+// behind a kernel of a dead communicator. Snapshot buffers are cudaMalloc'ed on the
+// device of the item they mirror.
+#include "control/settings.h"
+#include "device/device_backend.h"
 #include "device/nccl/nccl_errors.h"
+#include "device/nccl/nccl_handle.h"
 
 #include <cuda.h>
 #include <cudaTypedefs.h>
@@ -70,7 +77,7 @@ class CudaMemoryOps final : public MemoryOps {
  public:
   explicit CudaMemoryOps(std::chrono::milliseconds timeout) : timeout_(timeout) {}
 
-  device::Memory where(const void* p) override { return nccl_memory_of(p); }
+  device::Memory where(const void* p) override { return device_memory_of(p); }
 
   void copy(void* dst, const void* src, std::size_t bytes) override {
     int dev = device_of(dst);
@@ -106,8 +113,8 @@ class CudaMemoryOps final : public MemoryOps {
 
 }  // namespace
 
-std::shared_ptr<MemoryOps> make_cuda_memory_ops(std::chrono::milliseconds timeout) {
-  return std::make_shared<CudaMemoryOps>(timeout);
+std::shared_ptr<MemoryOps> device_memory_ops() {
+  return std::make_shared<CudaMemoryOps>(settings::collective_timeout());
 }
 
 }  // namespace elasticrun::collective

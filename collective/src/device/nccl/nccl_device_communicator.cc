@@ -1,13 +1,16 @@
-#include "device/nccl/nccl_device_communicator.h"
-
-#include "device/device_config.h"
-#include "device/nccl/nccl_handle.h"
+// The device Communicator over NCCL (device_backend.h's communicators): one ncclComm_t
+// per epoch.
+//
+// Construction picks the device (device_config.h), exchanges the epoch's unique id
+// (rank 0 makes it; IdExchange carries it) and runs a non-blocking init polled under
+// the deadline and the abort signal (nccl_handle.h). Each collective validates its
+// arguments, launches on the caller's stream, then waits for that stream.
+#include "device/device_backend.h"
 #include "device/nccl/nccl_errors.h"
+#include "device/nccl/nccl_handle.h"
 #include "device/nccl/nccl_types.h"
 
 #include <elasticrun/types.hpp>
-
-#include <dlfcn.h>
 
 namespace elasticrun::collective {
 namespace {
@@ -57,7 +60,7 @@ class NcclDeviceCommunicator final : public device::Communicator {
       device_ = cfg.device;
       check_cuda(cudaSetDevice(device_), "nccl: cudaSetDevice(" + std::to_string(device_) + ")");
     } else {
-      device_ = nccl_use_device(cfg.local_rank);
+      device_ = use_device(cfg.local_rank);
     }
     Watch w = watch("nccl init");
     Bytes id = exchange([] { return make_nccl_unique_id(); }, w.deadline);
@@ -185,95 +188,25 @@ class NcclDeviceCommunicator final : public device::Communicator {
 
 }  // namespace
 
-int nccl_device_count() {
-  int n = 0;
-  cudaError_t e = cudaGetDeviceCount(&n);
-  if (e != cudaSuccess) throw Error(std::string("no CUDA device: ") + cudaGetErrorName(e) + ": " + cudaGetErrorString(e));
-  if (n <= 0) throw Error("no CUDA device: cudaGetDeviceCount found none");
-  return n;
-}
-
-int nccl_use_device(int local_rank) {
-  int device = select_device_from_env(local_rank, nccl_device_count());
-  check_cuda(cudaSetDevice(device), "nccl: cudaSetDevice(" + std::to_string(device) + ")");
-  return device;
-}
-
-std::unique_ptr<device::Communicator> make_nccl_communicator(const DeviceCommConfig& cfg, const IdExchange& exchange,
-                                                             std::shared_ptr<AbortSignal> abort) {
+std::unique_ptr<device::Communicator> make_device_communicator(const DeviceCommConfig& cfg, const IdExchange& exchange,
+                                                               std::shared_ptr<AbortSignal> abort) {
   return std::make_unique<NcclDeviceCommunicator>(cfg, exchange, std::move(abort));
 }
 
-std::unique_ptr<device::Communicator> shrink_nccl_communicator(device::Communicator& old,
-                                                               std::span<const int> excluded) {
+std::unique_ptr<device::Communicator> shrink_device_communicator(device::Communicator& old,
+                                                                 std::span<const int> excluded) {
   auto* nccl = dynamic_cast<NcclDeviceCommunicator*>(&old);
   if (!nccl) throw Error("nccl shrink: not an NCCL communicator");
   return nccl->shrink(excluded);
 }
 
-void nccl_discard(device::Communicator& c) {
+void discard_device_communicator(device::Communicator& c) {
   if (auto* nccl = dynamic_cast<NcclDeviceCommunicator*>(&c)) nccl->discard();
 }
 
-bool nccl_can_shrink(device::Communicator& c) {
+bool device_can_shrink(device::Communicator& c) {
   auto* nccl = dynamic_cast<NcclDeviceCommunicator*>(&c);
   return nccl && nccl->alive();
-}
-
-// Asking CUDA about a pointer initialises the runtime and makes a context on the
-// current device (hundreds of MB of GPU memory, ~0.1-0.3 s) even for a program that only
-// ever uses host memory. A process that has touched CUDA has the driver library loaded;
-// if it is not, no pointer can be device memory and CUDA is left alone.
-static bool cuda_in_use() {
-  void* driver = ::dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
-  if (!driver) return false;
-  ::dlclose(driver);  // drops only the reference RTLD_NOLOAD took
-  return true;
-}
-
-// Errors that a fault inside a kernel leaves in the context for every later call.
-static bool is_sticky(cudaError_t e) {
-  switch (e) {
-    case cudaErrorIllegalAddress:
-    case cudaErrorLaunchFailure:
-    case cudaErrorHardwareStackError:
-    case cudaErrorIllegalInstruction:
-    case cudaErrorMisalignedAddress:
-    case cudaErrorInvalidAddressSpace:
-    case cudaErrorInvalidPc:
-    case cudaErrorAssert:
-    case cudaErrorECCUncorrectable:
-      return true;
-    default:
-      return false;
-  }
-}
-
-device::Memory nccl_memory_of(const void* p) {
-  if (!p || !cuda_in_use()) return device::Memory::host;
-  cudaPointerAttributes attr{};
-  cudaError_t e = cudaPointerGetAttributes(&attr, p);
-  if (e != cudaSuccess) {
-    // Host memory CUDA never saw answers cudaSuccess (cudaMemoryTypeUnregistered), and a
-    // process that cannot use a GPU at all (none, busy, no memory for a context) has no
-    // device memory: host. Only an error a kernel fault left in this process's context
-    // is thrown, rather than sending a device buffer down the host path.
-    cudaGetLastError();
-    if (is_sticky(e)) check_cuda(e, "device::memory_of: cudaPointerGetAttributes");
-    return device::Memory::host;
-  }
-  return attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged ? device::Memory::device
-                                                                                  : device::Memory::host;
-}
-
-bool nccl_available(std::string* why) {
-  try {
-    nccl_device_count();
-    return true;
-  } catch (const Error& e) {
-    if (why) *why = e.what();
-    return false;
-  }
 }
 
 }  // namespace elasticrun::collective
