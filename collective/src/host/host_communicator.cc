@@ -363,8 +363,9 @@ Progress resolve_progress(const HostCommConfig& cfg) {
   return cores != 0 && static_cast<unsigned>(local) <= cores ? Progress::busy : Progress::block;
 }
 
-std::unique_ptr<elasticrun::Communicator> make_host_communicator(const HostCommConfig& cfg, std::shared_ptr<Store> store,
-                                                               std::shared_ptr<AbortSignal> abort) {
+std::unique_ptr<elasticrun::Communicator> make_host_communicator(const HostCommConfig& cfg,
+                                                                std::shared_ptr<Store> store,
+                                                                std::shared_ptr<AbortSignal> abort) {
   if (cfg.size < 1 || cfg.rank < 0 || cfg.rank >= cfg.size)
     throw Error("communicator: rank " + std::to_string(cfg.rank) + " of size " + std::to_string(cfg.size));
   if (!store || !abort) throw Error("communicator: store and abort signal are required");

@@ -60,7 +60,8 @@ struct HostCommConfig {
 // The progress mode that `cfg` resolves to on this machine (env and oversubscription).
 Progress resolve_progress(const HostCommConfig& cfg);
 
-std::unique_ptr<elasticrun::Communicator> make_host_communicator(const HostCommConfig& cfg, std::shared_ptr<Store> store,
-                                                               std::shared_ptr<AbortSignal> abort);
+std::unique_ptr<elasticrun::Communicator> make_host_communicator(const HostCommConfig& cfg,
+                                                                std::shared_ptr<Store> store,
+                                                                std::shared_ptr<AbortSignal> abort);
 
 }  // namespace elasticrun::collective
