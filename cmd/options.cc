@@ -175,7 +175,7 @@ std::vector<std::string> forwarded_environment() {
 Result<void> parse_daemon(const po::variables_map& vm, Options& o) {
   std::string port;
   if (vm.count("daemon-port")) port = std::to_string(vm["daemon-port"].as<int>());
-  else if (const char* p = std::getenv("ELASTICRUN_DAEMON_PORT"); p && *p) port = p;
+  else if (const char* p = std::getenv(env::kDaemonPort); p && *p) port = p;
   if (!port.empty()) {
     int v = 0;
     auto [end, ec] = std::from_chars(port.data(), port.data() + port.size(), v);

@@ -19,11 +19,11 @@ inline constexpr const char* kRejoinTimeout = "ELASTICRUN_REJOIN_TIMEOUT";
 // after that much silence (TCP keep-alive, net::keep_alive).
 inline constexpr const char* kHostTimeout = "ELASTICRUN_HOST_TIMEOUT";
 
-// Read by the collective library; the user may set them.
-inline constexpr const char* kAlgorithm = "ELASTICRUN_ALGORITHM";  // auto|shm|ring|rd
+// Read by the collective library, the user may set them; collective/src/control/settings.h
+// has each one's default and rule (and reads the worker ones above).
+inline constexpr const char* kAlgorithm = "ELASTICRUN_ALGORITHM";  // auto|shm|hier|ring|rd
 inline constexpr const char* kProgress = "ELASTICRUN_PROGRESS";    // auto|busy|block
 inline constexpr const char* kCollectiveTimeout = "ELASTICRUN_COLLECTIVE_TIMEOUT";  // seconds
-inline constexpr const char* kLogLevel = "ELASTICRUN_LOG_LEVEL";  // error|warn|info|debug
 // The CUDA device index a worker uses (among its visible ones): the user's choice, an
 // error when out of range.
 inline constexpr const char* kDevice = "ELASTICRUN_DEVICE";
@@ -33,6 +33,11 @@ inline constexpr const char* kDevice = "ELASTICRUN_DEVICE";
 inline constexpr const char* kDeviceHint = "ELASTICRUN_DEVICE_HINT";
 // 0: a device communicator never shrinks, every epoch builds a fresh one (default 1).
 inline constexpr const char* kNcclShrink = "ELASTICRUN_NCCL_SHRINK";
+
+// Read by every program (common/log.cc): "warn", or "info,rendezvous=debug".
+inline constexpr const char* kLogLevel = "ELASTICRUN_LOG_LEVEL";
+// Read by elasticrun: the port of the elasticrund --listen on every host (--daemon-port).
+inline constexpr const char* kDaemonPort = "ELASTICRUN_DAEMON_PORT";
 
 // What elasticrun passes from its own environment to every worker on every host
 // (local workers inherit the rest too; remote ones get only this and -x): the

@@ -1,5 +1,7 @@
 #include "common/log.h"
 
+#include "common/env.h"
+
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
@@ -26,7 +28,7 @@ struct State {
   std::string program = "elasticrun";
   State() {
     for (auto& l : levels.level) l.store(static_cast<int>(Level::warn));
-    if (const char* spec = std::getenv("ELASTICRUN_LOG_LEVEL")) configure_into(levels, spec);
+    if (const char* spec = std::getenv(env::kLogLevel)) configure_into(levels, spec);
   }
 };
 

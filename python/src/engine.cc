@@ -1,6 +1,6 @@
 #include "engine.h"
 
-#include "reduce.h"
+#include "host/reduce.h"
 
 #include <fmt/format.h>
 

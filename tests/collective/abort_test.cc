@@ -1,7 +1,7 @@
 // A collective blocked on a rank that never arrives must end promptly with the
 // control plane's error when the abort is raised, and with TimeoutError at its deadline.
 #include "rank_fixture.h"
-#include "ucx_transport.h"
+#include "host/ucx_transport.h"
 
 #include <gtest/gtest.h>
 
@@ -20,7 +20,7 @@ class Abort : public ::testing::TestWithParam<Progress> {};
 
 TEST_P(Abort, BlockedCollectiveThrowsWorkersFailedQuickly) {
   World w(3);
-  CommConfig cfg;
+  HostCommConfig cfg;
   cfg.progress = GetParam();
   std::atomic<bool> done{false};
   std::atomic<long> raised_at_us{0};
@@ -58,7 +58,7 @@ TEST_P(Abort, BlockedCollectiveThrowsWorkersFailedQuickly) {
 
 TEST_P(Abort, DeadlineGivesTimeoutError) {
   World w(2);
-  CommConfig cfg;
+  HostCommConfig cfg;
   cfg.progress = GetParam();
   cfg.timeout = 300ms;
   std::atomic<bool> done{false};

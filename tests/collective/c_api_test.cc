@@ -1,6 +1,6 @@
 // The C API never throws: before er_init() every call reports ER_INVALID with a reason.
 // er_run's loop (capi::run) is driven on a context of the test's own.
-#include "c_api_run.h"
+#include "api/c_api_run.h"
 #include "rank_fixture.h"
 
 #include <elasticrun/elasticrun.h>
@@ -36,12 +36,12 @@ namespace {
 // er_run's loop on a one-rank context of our own: re-joins are counted, not performed.
 struct OneRank {
   OneRank() : world(1) {
-    elasticrun::collective::CommConfig cfg;
+    elasticrun::collective::HostCommConfig cfg;
     cfg.size = 1;
     cfg.scope = "c-run/";
     cfg.timeout = std::chrono::seconds(20);
     ctx = std::make_unique<elasticrun::Context>(
-        elasticrun::collective::make_ucx_communicator(cfg, world.store, world.aborts[0]));
+        elasticrun::collective::make_host_communicator(cfg, world.store, world.aborts[0]));
   }
   elasticrun::collective::testing::World world;
   std::unique_ptr<elasticrun::Context> ctx;

@@ -15,8 +15,8 @@ namespace {
 
 constexpr std::size_t kLarge = 8 * 1024 * 1024 / 4 + 3;  // ~8 MiB of f32, odd count
 
-CommConfig config(Algorithm a) {
-  CommConfig c;
+HostCommConfig config(Algorithm a) {
+  HostCommConfig c;
   c.algorithm = a;
   c.timeout = std::chrono::seconds(60);
   return c;
@@ -41,10 +41,10 @@ const char* name_of(Algorithm a) {
 // memory with 4 KiB slots so that even small calls take many rounds.
 struct Path {
   std::string name;
-  CommConfig cfg;
+  HostCommConfig cfg;
 };
 std::vector<Path> paths() {
-  CommConfig tiny = config(Algorithm::shm);
+  HostCommConfig tiny = config(Algorithm::shm);
   tiny.shm_slot_bytes = 4096;
   return {{"ucx/", config(Algorithm::ring)}, {"shm/", config(Algorithm::shm)}, {"shm4k/", tiny}};
 }
@@ -81,7 +81,7 @@ TEST_P(Collectives, AllreduceEveryTypeAndOp) {
 
 TEST_P(Collectives, AllreduceSharedMemoryRounds) {
   World w(GetParam());
-  CommConfig tiny = config(Algorithm::shm);
+  HostCommConfig tiny = config(Algorithm::shm);
   tiny.shm_slot_bytes = 4096;
   tiny.shm_small_max = tiny.shm_small_max_blocking = 1024;
   run_ranks(w, tiny, "shm4k/", [](int r, Communicator& c) {
@@ -229,7 +229,7 @@ TEST_P(Collectives, Barrier) {
 // alternation of slot sets is exercised across collectives.
 TEST_P(Collectives, MixedSequenceAutomatic) {
   World w(GetParam());
-  CommConfig cfg = config(Algorithm::automatic);
+  HostCommConfig cfg = config(Algorithm::automatic);
   cfg.shm_slot_bytes = 4096;
   run_ranks(w, cfg, "mixed/", [](int r, Communicator& c) {
     const int n = c.size();
@@ -294,8 +294,8 @@ TEST_P(Collectives, MixedSequenceAutomatic) {
 // hosts in order, each host's ranks consecutive), allreduce hierarchical: shared
 // memory within a host, UCX among the hosts' first ranks. 4 KiB rounds so that
 // mid-size vectors take several; uneven hosts and a host of one rank included.
-CommConfig on_hosts(const std::vector<int>& hosts, int rank, Algorithm a) {
-  CommConfig c = config(a);
+HostCommConfig on_hosts(const std::vector<int>& hosts, int rank, Algorithm a) {
+  HostCommConfig c = config(a);
   c.shm_slot_bytes = 4096;
   c.progress = Progress::block;  // every "host" shares this machine's cores
   for (int base = 0, h = 0; h < static_cast<int>(hosts.size()); base += hosts[h++])

@@ -1,7 +1,8 @@
 // Shrink or re-init a device communicator at a new epoch: the pure plan, and the
 // agreement of N ranks (threads over UCX) on it with fake device communicators, so the
 // whole decision runs without NCCL or a GPU.
-#include "device_rebuild.h"
+#include "control/settings.h"
+#include "device/device_rebuild.h"
 #include "rank_fixture.h"
 
 #include <gtest/gtest.h>
@@ -86,7 +87,7 @@ void rebuild_world(int n, int old_size, std::vector<int> old_ranks, bool enabled
                    int dead_comm_rank = -1) {
   World w(n);
   out.excluded.assign(n, {});
-  CommConfig base;
+  HostCommConfig base;
   base.timeout = 20s;
   run_ranks(w, base, "rebuild/", [&](int r, Communicator& host) {
     std::unique_ptr<device::Communicator> old;
@@ -141,13 +142,13 @@ TEST(DeviceRebuild, OneAbortedCommunicatorOrTheSwitchMeansFreshInit) {
 
 TEST(DeviceRebuild, ShrinkSwitchFromEnvironment) {
   ::unsetenv("ELASTICRUN_NCCL_SHRINK");
-  EXPECT_TRUE(shrink_enabled_from_env());
+  EXPECT_TRUE(settings::nccl_shrink());
   ::setenv("ELASTICRUN_NCCL_SHRINK", "0", 1);
-  EXPECT_FALSE(shrink_enabled_from_env());
+  EXPECT_FALSE(settings::nccl_shrink());
   ::setenv("ELASTICRUN_NCCL_SHRINK", "1", 1);
-  EXPECT_TRUE(shrink_enabled_from_env());
+  EXPECT_TRUE(settings::nccl_shrink());
   ::setenv("ELASTICRUN_NCCL_SHRINK", "no", 1);
-  EXPECT_THROW(shrink_enabled_from_env(), Error);
+  EXPECT_THROW(settings::nccl_shrink(), Error);
   ::unsetenv("ELASTICRUN_NCCL_SHRINK");
 }
 

@@ -36,12 +36,12 @@ void run_contexts(int n, const std::string& scope, const std::function<void(int,
   for (int r = 0; r < n; ++r) {
     threads.emplace_back([&, r] {
       try {
-        CommConfig cfg;
+        HostCommConfig cfg;
         cfg.rank = r;
         cfg.size = n;
         cfg.scope = scope;
         cfg.timeout = 20s;  // a broken test fails instead of hanging
-        Context ctx(make_ucx_communicator(cfg, w.store, w.aborts[r]));
+        Context ctx(make_host_communicator(cfg, w.store, w.aborts[r]));
         fn(r, ctx);
       } catch (...) {
         std::lock_guard lock(mu);

@@ -55,7 +55,7 @@ struct OwnSegments {
 
 void one_epoch(int epoch, bool abort_midway) {
   World w(3);
-  CommConfig cfg;
+  HostCommConfig cfg;
   cfg.timeout = std::chrono::seconds(30);
   std::atomic<int> waiting{0};
   run_ranks(w, cfg, "e" + std::to_string(epoch) + "/", [&](int r, elasticrun::Communicator& c) {

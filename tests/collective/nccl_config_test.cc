@@ -1,11 +1,11 @@
 // Device selection, ELASTICRUN_DEVICE(_HINT) parsing and the NCCL unique-id exchange over the
 // in-memory store with N threads. None of it needs NCCL or a GPU, so it runs in every build.
 #include "../require.h"
-#include "abort_signal.h"
-#include "device_factory.h"
-#include "device_config.h"
-#include "memory_store.h"
-#include "nccl_id_exchange.h"
+#include "control/abort_signal.h"
+#include "device/device_backend.h"
+#include "device/device_config.h"
+#include "control/memory_store.h"
+#include "device/nccl_id_exchange.h"
 
 #include <elasticrun/device.hpp>
 
@@ -64,24 +64,24 @@ TEST(DeviceConfig, HintIsModuloTheVisibleDevices) {
 }
 
 TEST(DeviceConfig, FromEnvironment) {
-  ::setenv(ec::kDeviceEnv, "1", 1);
-  ::setenv(ec::kDeviceHintEnv, "3", 1);
+  ::setenv(elasticrun::env::kDevice, "1", 1);
+  ::setenv(elasticrun::env::kDeviceHint, "3", 1);
   EXPECT_EQ(ec::select_device_from_env(0, 4), 1);
-  ::setenv(ec::kDeviceEnv, "5", 1);
+  ::setenv(elasticrun::env::kDevice, "5", 1);
   EXPECT_THROW(ec::select_device_from_env(0, 4), elasticrun::Error);
-  ::setenv(ec::kDeviceEnv, "bad", 1);
+  ::setenv(elasticrun::env::kDevice, "bad", 1);
   EXPECT_THROW(ec::select_device_from_env(0, 4), elasticrun::Error);
-  ::unsetenv(ec::kDeviceEnv);
+  ::unsetenv(elasticrun::env::kDevice);
   EXPECT_EQ(ec::select_device_from_env(0, 4), 3);
   EXPECT_EQ(ec::select_device_from_env(0, 2), 1);
-  ::setenv(ec::kDeviceHintEnv, "x", 1);
+  ::setenv(elasticrun::env::kDeviceHint, "x", 1);
   try {
     ec::select_device_from_env(0, 4);
     ADD_FAILURE() << "a malformed hint was accepted";
   } catch (const elasticrun::Error& e) {
-    EXPECT_NE(std::string(e.what()).find(ec::kDeviceHintEnv), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find(elasticrun::env::kDeviceHint), std::string::npos) << e.what();
   }
-  ::unsetenv(ec::kDeviceHintEnv);
+  ::unsetenv(elasticrun::env::kDeviceHint);
   EXPECT_EQ(ec::select_device_from_env(6, 4), 2);
 }
 

@@ -3,10 +3,9 @@
 // exchanged over the in-memory store. Skips without a CUDA device (fails instead with
 // ELASTICRUN_TEST_REQUIRE=gpu: ../require.h).
 #include "../require.h"
-#include "abort_signal.h"
-#include "device_factory.h"
-#include "memory_store.h"
-#include "nccl_communicator.h"
+#include "control/abort_signal.h"
+#include "device/device_backend.h"
+#include "control/memory_store.h"
 
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>

@@ -1,6 +1,6 @@
 // ncclResult_t / cudaError_t → typed errors: a pure mapping, no GPU needed.
-#include "nccl_errors.h"
-#include "nccl_types.h"
+#include "device/nccl/nccl_errors.h"
+#include "device/nccl/nccl_types.h"
 
 #include <gtest/gtest.h>
 

@@ -2,9 +2,9 @@
 // finding each other through one MemoryStore.
 #pragma once
 
-#include "abort_signal.h"
-#include "memory_store.h"
-#include "ucx_communicator.h"
+#include "control/abort_signal.h"
+#include "control/memory_store.h"
+#include "host/host_communicator.h"
 
 #include <exception>
 #include <functional>
@@ -27,7 +27,7 @@ struct World {
 
 // Runs fn(rank, comm) on world.size threads; rethrows the first exception after
 // all threads have joined. cfg_of(rank) supplies everything but rank, size and scope.
-inline void run_ranks(World& world, const std::function<CommConfig(int)>& cfg_of, const std::string& scope,
+inline void run_ranks(World& world, const std::function<HostCommConfig(int)>& cfg_of, const std::string& scope,
                       const std::function<void(int, elasticrun::Communicator&)>& fn) {
   std::mutex mu;
   std::exception_ptr first;
@@ -35,11 +35,11 @@ inline void run_ranks(World& world, const std::function<CommConfig(int)>& cfg_of
   for (int r = 0; r < world.size; ++r) {
     threads.emplace_back([&, r] {
       try {
-        CommConfig cfg = cfg_of(r);
+        HostCommConfig cfg = cfg_of(r);
         cfg.rank = r;
         cfg.size = world.size;
         cfg.scope = scope;
-        auto comm = make_ucx_communicator(cfg, world.store, world.aborts[r]);
+        auto comm = make_host_communicator(cfg, world.store, world.aborts[r]);
         fn(r, *comm);
       } catch (...) {
         std::lock_guard lock(mu);
@@ -52,7 +52,7 @@ inline void run_ranks(World& world, const std::function<CommConfig(int)>& cfg_of
 }
 
 // The same configuration for every rank.
-inline void run_ranks(World& world, const CommConfig& base, const std::string& scope,
+inline void run_ranks(World& world, const HostCommConfig& base, const std::string& scope,
                       const std::function<void(int, elasticrun::Communicator&)>& fn) {
   run_ranks(world, [&](int) { return base; }, scope, fn);
 }

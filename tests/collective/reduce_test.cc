@@ -1,4 +1,4 @@
-#include "reduce.h"
+#include "host/reduce.h"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-#include "schedule.h"
+#include "host/schedule.h"
 
 #include <gtest/gtest.h>
 

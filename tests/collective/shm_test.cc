@@ -4,7 +4,7 @@
 // back to the UCX algorithms together. Correctness per type, op, size and world
 // size is in collectives_test.cc, which runs every algorithm.
 #include "rank_fixture.h"
-#include "shm_group.h"
+#include "host/shm_group.h"
 #include "test_data.h"
 
 #include <gtest/gtest.h>
@@ -28,8 +28,8 @@ long since_us(Clock::time_point t) {
   return std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - t).count();
 }
 
-CommConfig shm_config(Progress p) {
-  CommConfig cfg;
+HostCommConfig shm_config(Progress p) {
+  HostCommConfig cfg;
   cfg.algorithm = Algorithm::shm;
   cfg.progress = p;
   cfg.timeout = 60s;
@@ -92,7 +92,7 @@ TEST_P(ShmWaits, AbortEndsABlockedBarrierQuickly) {
 
 TEST_P(ShmWaits, DeadlineNamesTheMissingRank) {
   World w(2);
-  CommConfig cfg = shm_config(GetParam());
+  HostCommConfig cfg = shm_config(GetParam());
   cfg.timeout = 300ms;
   std::atomic<bool> done{false};
   run_ranks(w, cfg, "shm-deadline/", [&](int r, elasticrun::Communicator& c) {
@@ -186,7 +186,7 @@ TEST(ShmGroup, AttachRefusesAForeignOrMissingSegment) {
 TEST(ShmAllreduce, SegmentFileIsGoneAfterSetUp) {
   TempDir dir;
   World w(3);
-  CommConfig cfg = shm_config(Progress::automatic);
+  HostCommConfig cfg = shm_config(Progress::automatic);
   cfg.shm_dir = dir.path;
   run_ranks(w, cfg, "shm-unlink/", [&](int r, elasticrun::Communicator& c) {
     int x = r;
@@ -202,7 +202,7 @@ TEST(ShmAllreduce, SegmentFileIsGoneAfterSetUp) {
 TEST(ShmAllreduce, NoSegmentFallsBackTogether) {
   for (Algorithm a : {Algorithm::automatic, Algorithm::shm}) {
     World w(3);
-    CommConfig cfg = shm_config(Progress::automatic);
+    HostCommConfig cfg = shm_config(Progress::automatic);
     cfg.algorithm = a;
     cfg.shm_dir = "/nonexistent/elasticrun";
     std::atomic<int> errors{0};
@@ -227,7 +227,7 @@ TEST(ShmAllreduce, NoSegmentFallsBackTogether) {
 
 // Runs fn(rank, comm) on one thread per entry of `cfgs`, each rank with its own
 // configuration (run_ranks gives every rank the same one).
-void run_configs(World& w, std::vector<CommConfig> cfgs, const std::string& scope,
+void run_configs(World& w, std::vector<HostCommConfig> cfgs, const std::string& scope,
                  const std::function<void(int, elasticrun::Communicator&)>& fn) {
   std::vector<std::thread> threads;
   std::vector<std::string> errors(cfgs.size());
@@ -237,7 +237,7 @@ void run_configs(World& w, std::vector<CommConfig> cfgs, const std::string& scop
         cfgs[r].rank = r;
         cfgs[r].size = static_cast<int>(cfgs.size());
         cfgs[r].scope = scope;
-        auto comm = make_ucx_communicator(cfgs[r], w.store, w.aborts[r]);
+        auto comm = make_host_communicator(cfgs[r], w.store, w.aborts[r]);
         fn(r, *comm);
       } catch (const std::exception& e) {
         errors[r] = e.what();
@@ -253,9 +253,9 @@ void run_configs(World& w, std::vector<CommConfig> cfgs, const std::string& scop
 TEST(ShmAllreduce, RanksInDifferentProgressModesAgreeOnThePath) {
   for (int busy_rank : {0, 1}) {
     World w(2);
-    CommConfig busy = shm_config(Progress::busy), block = shm_config(Progress::block);
+    HostCommConfig busy = shm_config(Progress::busy), block = shm_config(Progress::block);
     ASSERT_NE(busy.shm_small_max, block.shm_small_max_blocking);
-    std::vector<CommConfig> cfgs = busy_rank == 0 ? std::vector{busy, block} : std::vector{block, busy};
+    std::vector<HostCommConfig> cfgs = busy_rank == 0 ? std::vector{busy, block} : std::vector{block, busy};
     run_configs(w, cfgs, "shm-modes/", [](int r, elasticrun::Communicator& c) {
       for (int i = 0; i < 50; ++i)
         for (std::size_t count : {std::size_t{4096}, std::size_t{1000}, std::size_t{300000}}) {
@@ -278,7 +278,7 @@ TEST(ShmAllreduce, RanksInDifferentProgressModesAgreeOnThePath) {
 TEST(ShmAllreduce, FailedSetUpLeavesNoFile) {
   TempDir dir;
   World w(2);
-  CommConfig cfg = shm_config(Progress::automatic);
+  HostCommConfig cfg = shm_config(Progress::automatic);
   cfg.shm_dir = dir.path;
   cfg.timeout = 500ms;
   std::atomic<bool> done{false};
@@ -313,7 +313,7 @@ TEST(AlgorithmSetting, ParsesEveryNameAndRefusesOthers) {
 
 TEST(ShmAllreduce, RanksOnSeveralHostsUseUcx) {
   World w(2);
-  CommConfig cfg = shm_config(Progress::automatic);
+  HostCommConfig cfg = shm_config(Progress::automatic);
   cfg.local_size = 1;
   run_ranks(w, cfg, "shm-hosts/", [&](int r, elasticrun::Communicator& c) {
     int x = r + 1;

@@ -2,7 +2,7 @@
 // Values are small integers so every reduction order gives the same bits.
 #pragma once
 
-#include "reduce.h"
+#include "host/reduce.h"
 
 #include <elasticrun/types.hpp>
 

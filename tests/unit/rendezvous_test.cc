@@ -1,6 +1,6 @@
 // The rendezvous server against the real worker-side client, over loopback TCP.
 #include "rendezvous/server.h"
-#include "rendezvous_client.h"
+#include "control/rendezvous_client.h"
 
 #include <elasticrun/types.hpp>
 

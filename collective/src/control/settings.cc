@@ -1,0 +1,121 @@
+#include "control/settings.h"
+
+#include "common/env.h"
+#include "common/socket_options.h"
+
+#include <elasticrun/types.hpp>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+
+namespace elasticrun::collective {
+namespace {
+
+// The variable's value, or null when it is unset or empty (both mean the default).
+const char* value_of(const char* name) {
+  const char* v = std::getenv(name);
+  return v && *v ? v : nullptr;
+}
+
+std::string bad(const char* name, const char* v, const char* rule) {
+  return std::string(name) + "='" + v + "' is not " + rule;
+}
+
+std::string required(const char* name) {
+  const char* v = value_of(name);
+  if (!v)
+    throw Error(std::string(name) + " is not set: run this program under elasticrun (elasticrun -np N " +
+                "program ...)");
+  return v;
+}
+
+long long non_negative(const char* name) {
+  std::string v = required(name);
+  char* end = nullptr;
+  long long n = std::strtoll(v.c_str(), &end, 10);
+  if (*end != '\0' || n < 0) throw Error(bad(name, v.c_str(), "a non-negative integer"));
+  return n;
+}
+
+std::chrono::milliseconds seconds(const char* name, std::chrono::milliseconds fallback) {
+  const char* v = value_of(name);
+  if (!v) return fallback;
+  char* end = nullptr;
+  double s = std::strtod(v, &end);
+  if (*end != '\0' || !(s > 0) || s > settings::kMaxSeconds)
+    throw Error(bad(name, v, "a positive number of seconds"));
+  return std::chrono::milliseconds(static_cast<long long>(s * 1000));
+}
+
+}  // namespace
+
+Algorithm parse_algorithm(const std::string& s, const char* what) {
+  if (s == "auto") return Algorithm::automatic;
+  if (s == "ring") return Algorithm::ring;
+  if (s == "rd") return Algorithm::rd;
+  if (s == "shm") return Algorithm::shm;
+  if (s == "hier") return Algorithm::hier;
+  throw Error(std::string(what) + ": unknown algorithm '" + s + "' (expected auto, shm, hier, ring or rd)");
+}
+
+Progress parse_progress(const std::string& s, const char* what) {
+  if (s == "auto") return Progress::automatic;
+  if (s == "busy") return Progress::busy;
+  if (s == "block") return Progress::block;
+  throw Error(std::string(what) + ": unknown progress mode '" + s + "' (expected auto, busy or block)");
+}
+
+std::optional<int> parse_device(const char* value, const char* name) {
+  if (!value || !*value) return std::nullopt;
+  char* end = nullptr;
+  errno = 0;
+  bool digit_first = *value >= '0' && *value <= '9';  // strtol would accept " 1" and "+1"
+  long n = std::strtol(value, &end, 10);
+  if (!digit_first || *end != '\0' || errno != 0 || n < 0 || n > 1 << 20)
+    throw Error(bad(name, value, "a device index (a non-negative integer)"));
+  return static_cast<int>(n);
+}
+
+namespace settings {
+
+Worker worker() {
+  Worker w;
+  w.secret_hex = required(env::kSecret);
+  w.host = required(env::kHost);
+  w.slot = static_cast<int>(non_negative(env::kSlot));
+  w.epoch = static_cast<std::uint64_t>(non_negative(env::kEpoch));
+  w.rendezvous = required(env::kRendezvousAddr);
+  return w;
+}
+
+std::chrono::milliseconds collective_timeout() { return seconds(env::kCollectiveTimeout, kDefaultCollectiveTimeout); }
+
+std::chrono::milliseconds rejoin_timeout(std::chrono::milliseconds collective) {
+  return std::max(collective, seconds(env::kRejoinTimeout, collective));
+}
+
+std::chrono::milliseconds host_timeout() { return seconds(env::kHostTimeout, net::kDefaultHostTimeout); }
+
+Algorithm algorithm() {
+  const char* v = value_of(env::kAlgorithm);
+  return v ? parse_algorithm(v, env::kAlgorithm) : Algorithm::automatic;
+}
+
+Progress progress() {
+  const char* v = value_of(env::kProgress);
+  return v ? parse_progress(v, env::kProgress) : Progress::automatic;
+}
+
+std::optional<int> device() { return parse_device(std::getenv(env::kDevice), env::kDevice); }
+std::optional<int> device_hint() { return parse_device(std::getenv(env::kDeviceHint), env::kDeviceHint); }
+
+bool nccl_shrink() {
+  const char* v = value_of(env::kNcclShrink);
+  if (!v || std::string(v) == "1") return true;
+  if (std::string(v) == "0") return false;
+  throw Error(bad(env::kNcclShrink, v, "0 or 1"));
+}
+
+}  // namespace settings
+}  // namespace elasticrun::collective

@@ -1,0 +1,150 @@
+// Latency-oriented and exchange algorithms: recursive-doubling allreduce, the two
+// broadcasts, pairwise alltoall and the dissemination barrier. The ring family is
+// in ring.cc.
+#include "host/algorithms.h"
+#include "host/reduce.h"
+#include "host/schedule.h"
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+namespace elasticrun::collective {
+namespace {
+
+using Request = Transport::Request;
+
+// Combines `mine` with a peer's copy so that every rank computes the same bits:
+// the lower rank's data is always the left operand (matters only for NaN min/max).
+void combine(DataType t, ReduceOp op, void* mine, const void* theirs, std::size_t n, bool peer_lower) {
+  ReduceOp acc = accumulate_op(op);
+  if (peer_lower) reduce(t, acc, mine, theirs, mine, n);
+  else reduce(t, acc, mine, mine, theirs, n);
+}
+
+}  // namespace
+
+// Recursive doubling: in round k every participant swaps its whole vector with the
+// rank whose index differs in bit k and reduces, so after log2(p) rounds all hold
+// the full result. It costs log2(p) messages of the full size, which wins for small
+// messages where latency dominates. A non-power-of-two world first folds its extra
+// ranks into partners (schedule::recursive_doubling) and hands them the result at the end.
+void allreduce_rd(Step& st, const void* in, void* out, std::size_t count, DataType t, ReduceOp op) {
+  int r = st.tp.rank(), n = st.tp.size();
+  std::size_t bytes = count * size_of(t);
+  if (in != out) std::memcpy(out, in, bytes);
+  schedule::RecursiveDoubling plan = schedule::recursive_doubling(r, n);
+  // The hand-back tag follows every round's; folded-out ranks have no rounds of
+  // their own, so derive it from the common power of two.
+  std::uint64_t last_tag = 1;
+  for (int p = 1; p < plan.pow2; p <<= 1) ++last_tag;
+  if (plan.folded_out) {
+    Request send = st.tp.isend(plan.fold_peer, st.tag(0), out, bytes);
+    st.tp.wait(send, st.deadline, st.what);
+    Request recv = st.tp.irecv(plan.fold_peer, st.tag(last_tag), out, bytes);
+    st.tp.wait(recv, st.deadline, st.what);
+    return;
+  }
+  std::byte* tmp = st.ws.tmp(std::max<std::size_t>(bytes, 1));
+  if (plan.fold_peer >= 0) {
+    Request recv = st.tp.irecv(plan.fold_peer, st.tag(0), tmp, bytes);
+    st.tp.wait(recv, st.deadline, st.what);
+    combine(t, op, out, tmp, count, true);
+  }
+  for (std::size_t k = 0; k < plan.partners.size(); ++k) {
+    int peer = plan.partners[k];
+    Request reqs[2] = {st.tp.irecv(peer, st.tag(k + 1), tmp, bytes), st.tp.isend(peer, st.tag(k + 1), out, bytes)};
+    st.wait(reqs);
+    combine(t, op, out, tmp, count, peer < r);
+  }
+  if (op == ReduceOp::avg) finalize_avg(t, out, count, n);
+  if (plan.fold_peer >= 0) {
+    Request send = st.tp.isend(plan.fold_peer, st.tag(last_tag), out, bytes);
+    st.tp.wait(send, st.deadline, st.what);
+  }
+}
+
+// Binomial tree: the data reaches 2^k ranks after k rounds, so a small message
+// arrives everywhere after ceil(log2(size)) latencies.
+void broadcast_binomial(Step& st, void* buf, std::size_t bytes, int root) {
+  int r = st.tp.rank(), n = st.tp.size();
+  int parent = schedule::binomial_parent(r, n, root);
+  if (parent >= 0) {
+    Request recv = st.tp.irecv(parent, st.tag(0), buf, bytes);
+    st.tp.wait(recv, st.deadline, st.what);
+  }
+  std::vector<Request> sends;
+  for (int child : schedule::binomial_children(r, n, root)) sends.push_back(st.tp.isend(child, st.tag(0), buf, bytes));
+  st.wait(sends);
+}
+
+// Pipelined chain: ranks form a line starting at the root and each forwards every
+// chunk to the next as soon as it lands, so for large messages every link streams
+// at once and the time approaches one message transfer plus (size-2) chunk times.
+void broadcast_chain(Step& st, void* buf, std::size_t bytes, int root) {
+  int r = st.tp.rank(), n = st.tp.size();
+  int v = schedule::mod(r - root, n);
+  int prev = schedule::mod(r - 1, n), next = schedule::mod(r + 1, n);
+  bool has_next = v + 1 < n;
+  std::size_t nchunks = std::min(schedule::num_chunks(bytes, st.segment), std::size_t{1} << Transport::kStepBits);
+  auto* base = static_cast<std::byte*>(buf);
+  auto range = [&](std::size_t c) { return schedule::balanced(bytes, nchunks, c); };
+  std::vector<Request> sends;
+  if (v == 0) {
+    for (std::size_t c = 0; c < nchunks; ++c) sends.push_back(st.tp.isend(next, st.tag(c), base + range(c).offset, range(c).count));
+    st.wait(sends);
+    return;
+  }
+  std::size_t window = static_cast<std::size_t>(std::max(1, st.window));
+  std::vector<Request> recvs(window);
+  auto post = [&](std::size_t c) { recvs[c % window] = st.tp.irecv(prev, st.tag(c), base + range(c).offset, range(c).count); };
+  for (std::size_t c = 0; c < std::min(window, nchunks); ++c) post(c);
+  for (std::size_t c = 0; c < nchunks; ++c) {
+    st.tp.wait(recvs[c % window], st.deadline, st.what);
+    if (c + window < nchunks) post(c + window);
+    if (has_next) sends.push_back(st.tp.isend(next, st.tag(c), base + range(c).offset, range(c).count));
+  }
+  st.wait(sends);
+}
+
+// Pairwise exchange: at step s rank r sends its block for r+s and receives the
+// block from r-s, so every step is a perfect matching and no rank is a hotspot.
+// All receives are posted first (they land in disjoint parts of `out`).
+void alltoall_pairwise(Step& st, const void* in, void* out, std::size_t block_bytes) {
+  int r = st.tp.rank(), n = st.tp.size();
+  const auto* src = static_cast<const std::byte*>(in);
+  auto* dst = static_cast<std::byte*>(out);
+  std::size_t total = block_bytes * static_cast<std::size_t>(n);
+  if (src == dst) {
+    // In place: send from a copy so incoming blocks cannot overwrite unsent ones.
+    std::byte* copy = st.ws.scratch(total);
+    std::memcpy(copy, src, total);
+    src = copy;
+  }
+  std::vector<Request> reqs;
+  for (int s = 1; s < n; ++s) {
+    int from = schedule::pairwise(r, n, s).from;
+    reqs.push_back(st.tp.irecv(from, st.tag(0), dst + block_bytes * from, block_bytes));
+  }
+  for (int s = 1; s < n; ++s) {
+    int to = schedule::pairwise(r, n, s).to;
+    reqs.push_back(st.tp.isend(to, st.tag(0), src + block_bytes * to, block_bytes));
+  }
+  if (src + block_bytes * r != dst + block_bytes * r) std::memcpy(dst + block_bytes * r, src + block_bytes * r, block_bytes);
+  st.wait(reqs);
+}
+
+// Dissemination: in round k each rank signals r + 2^k and waits for r - 2^k; after
+// ceil(log2(size)) rounds every rank has heard, transitively, from all others.
+void barrier_dissemination(Step& st) {
+  int r = st.tp.rank(), n = st.tp.size();
+  std::byte dummy[1];
+  std::uint64_t round = 0;
+  for (const schedule::Exchange& ex : schedule::dissemination(r, n)) {
+    Request reqs[2] = {st.tp.irecv(ex.from, st.tag(round), dummy, 0), st.tp.isend(ex.to, st.tag(round), dummy, 0)};
+    st.wait(reqs);
+    ++round;
+  }
+}
+
+}  // namespace elasticrun::collective

@@ -1,0 +1,61 @@
+// The collective algorithms, written against Transport only.
+//
+// Each takes a Step context (transport, deadline, sequence number for tags,
+// cached scratch memory, pipeline segment size) and raw byte buffers. Argument
+// checking and algorithm choice live in the communicator; here the inputs are
+// assumed consistent across ranks.
+#pragma once
+
+#include "host/transport.h"
+
+#include <elasticrun/types.hpp>
+
+#include <cstddef>
+#include <memory>
+#include <span>
+
+namespace elasticrun::collective {
+
+// Scratch buffers kept across calls so large collectives do not page-fault fresh
+// memory every time. Contents are undefined between calls.
+class Workspace {
+ public:
+  std::byte* tmp(std::size_t bytes) { return grow(tmp_, tmp_cap_, bytes); }
+  std::byte* scratch(std::size_t bytes) { return grow(scratch_, scratch_cap_, bytes); }
+
+ private:
+  static std::byte* grow(std::unique_ptr<std::byte[]>& buf, std::size_t& cap, std::size_t bytes) {
+    if (bytes > cap) {
+      buf.reset(new std::byte[bytes]);
+      cap = bytes;
+    }
+    return buf.get();
+  }
+  std::unique_ptr<std::byte[]> tmp_, scratch_;
+  std::size_t tmp_cap_ = 0, scratch_cap_ = 0;
+};
+
+struct Step {
+  Transport& tp;
+  Clock::time_point deadline;
+  std::uint64_t seq;        // this collective's sequence number, folded into tags
+  Workspace& ws;
+  std::size_t segment;      // pipeline chunk size in bytes
+  int window;               // receives kept posted ahead in pipelined loops
+  const char* what;         // collective name for error messages
+  std::uint64_t tag(std::uint64_t step) const { return Transport::make_tag(seq, step); }
+  void wait(std::span<Transport::Request> r) const { tp.wait(r, deadline, what); }
+};
+
+void allreduce_ring(Step& st, const void* in, void* out, std::size_t count, DataType t, ReduceOp op);
+void allreduce_rd(Step& st, const void* in, void* out, std::size_t count, DataType t, ReduceOp op);
+void reduce_scatter_ring(Step& st, const void* in, void* out, std::size_t count, DataType t, ReduceOp op);
+// counts in elements of `elem` bytes; out receives every rank's block in rank order.
+void allgatherv_ring(Step& st, const void* in, void* out, std::span<const std::size_t> counts, std::size_t elem);
+
+void broadcast_binomial(Step& st, void* buf, std::size_t bytes, int root);
+void broadcast_chain(Step& st, void* buf, std::size_t bytes, int root);
+void alltoall_pairwise(Step& st, const void* in, void* out, std::size_t block_bytes);
+void barrier_dissemination(Step& st);
+
+}  // namespace elasticrun::collective

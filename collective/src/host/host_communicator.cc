@@ -1,0 +1,375 @@
+#include "host/host_communicator.h"
+
+#include "host/algorithms.h"
+#include "host/reduce.h"
+#include "host/hier_allreduce.h"
+#include "host/shm_collectives.h"
+#include "host/sub_transport.h"
+#include "host/ucx_transport.h"
+
+#include <common/log.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+namespace elasticrun::collective {
+namespace {
+
+std::string env_or(const char* name, const char* fallback) {
+  const char* v = std::getenv(name);
+  return v && *v ? v : fallback;
+}
+
+class HostCommunicator final : public elasticrun::Communicator {
+ public:
+  HostCommunicator(const HostCommConfig& cfg, std::shared_ptr<Store> store, std::shared_ptr<AbortSignal> abort)
+      : cfg_(cfg), store_(store), abort_(abort) {
+    UcxTransport::Options o;
+    o.rank = cfg.rank;
+    o.size = cfg.size;
+    o.local_size = cfg.local_size > 0 ? cfg.local_size : cfg.size;
+    o.scope = cfg.scope;
+    o.blocking = blocking_ = resolve_progress(cfg) == Progress::block;
+    o.timeout = cfg.timeout;
+    tp_ = std::make_unique<UcxTransport>(o, std::move(store), std::move(abort));
+  }
+
+  int rank() const override { return cfg_.rank; }
+  int size() const override { return cfg_.size; }
+
+  void allreduce(const void* in, void* out, std::size_t count, DataType t, ReduceOp op) override {
+    std::size_t bytes = count * size_of(t);
+    check_buffers("allreduce", in, out, bytes);
+    run("allreduce", [&](Step& st) {
+      const Algorithm a = algorithm();
+      if (cfg_.size == 1) {
+        if (in != out) std::memcpy(out, in, bytes);
+      } else if (ShmGroup* g = shm(st, a)) {
+        allreduce_shm(*g, in, out, count, t, op, shm_wait(st));
+      } else if (Hierarchy* h = a == Algorithm::hier ? hierarchy(st) : nullptr) {
+        allreduce_hierarchical(*h, st, in, out, count, t, op);
+      } else if (a == Algorithm::hier) {
+        throw Error("allreduce: ELASTICRUN_ALGORITHM=hier, but " + hier_unavailable_);
+      } else if (use_rd(a, bytes, count)) {
+        allreduce_rd(st, in, out, count, t, op);
+      } else {
+        allreduce_ring(st, in, out, count, t, op);
+      }
+    });
+  }
+
+  void broadcast(void* buf, std::size_t count, DataType t, int root) override {
+    std::size_t bytes = count * size_of(t);
+    if (root < 0 || root >= cfg_.size) throw Error("broadcast: root " + std::to_string(root) + " out of range");
+    check_buffers("broadcast", buf, buf, bytes);
+    run("broadcast", [&](Step& st) {
+      if (cfg_.size == 1 || bytes == 0) return;
+      const Algorithm a = algorithm();
+      ShmGroup* g = bytes >= cfg_.shm_broadcast_min_bytes || a == Algorithm::shm ? shm(st, a) : nullptr;
+      if (g) broadcast_shm(*g, buf, bytes, root, shm_wait(st));
+      else if (bytes >= cfg_.chain_min_bytes && cfg_.size > 2) broadcast_chain(st, buf, bytes, root);
+      else broadcast_binomial(st, buf, bytes, root);
+    });
+  }
+
+  void allgather(const void* in, void* out, std::size_t count, DataType t) override {
+    std::vector<std::size_t> counts(cfg_.size, count);
+    allgatherv(in, out, counts, t);
+  }
+
+  void allgatherv(const void* in, void* out, std::span<const std::size_t> counts, DataType t) override {
+    if (counts.size() != static_cast<std::size_t>(cfg_.size))
+      throw Error("allgatherv: counts must have size() entries");
+    std::size_t total = 0;
+    for (std::size_t c : counts) total += c;
+    std::size_t elem = size_of(t);
+    check_buffers("allgatherv", counts[cfg_.rank] ? in : out, out, total * elem);
+    run("allgatherv", [&](Step& st) {
+      if (total == 0) return;
+      if (ShmGroup* g = shm(st)) allgatherv_shm(*g, in, out, counts, elem, shm_wait(st));
+      else allgatherv_ring(st, in, out, counts, elem);
+    });
+  }
+
+  void reduce_scatter(const void* in, void* out, std::size_t count, DataType t, ReduceOp op) override {
+    std::size_t bytes = count * size_of(t);
+    check_buffers("reduce_scatter", in, out, bytes);
+    run("reduce_scatter", [&](Step& st) {
+      if (cfg_.size == 1) {
+        if (in != out) std::memcpy(out, in, bytes);
+      } else if (bytes > 0) {
+        if (ShmGroup* g = shm(st)) reduce_scatter_shm(*g, in, out, count, t, op, shm_wait(st));
+        else reduce_scatter_ring(st, in, out, count, t, op);
+      }
+    });
+  }
+
+  void alltoall(const void* in, void* out, std::size_t count, DataType t) override {
+    std::size_t bytes = count * size_of(t);
+    check_buffers("alltoall", in, out, bytes);
+    run("alltoall", [&](Step& st) {
+      if (bytes == 0) return;
+      if (ShmGroup* g = shm(st)) alltoall_shm(*g, in, out, bytes, shm_wait(st));
+      else alltoall_pairwise(st, in, out, bytes);
+    });
+  }
+
+  void barrier() override {
+    run("barrier", [&](Step& st) {
+      if (ShmGroup* g = shm(st)) g->barrier(st.deadline, *abort_, st.what);
+      else barrier_dissemination(st);
+    });
+  }
+
+ private:
+  static void check_buffers(const char* what, const void* in, const void* out, std::size_t bytes) {
+    if (bytes > 0 && (!in || !out)) throw Error(std::string(what) + ": null buffer");
+  }
+
+  Algorithm algorithm() const {
+    return cfg_.algorithm ? *cfg_.algorithm : settings::algorithm();
+  }
+
+  bool use_rd(Algorithm a, std::size_t bytes, std::size_t count) const {
+    if (a == Algorithm::automatic) return bytes <= cfg_.rd_max_bytes || count < static_cast<std::size_t>(cfg_.size);
+    return a == Algorithm::rd;
+  }
+
+  // The two levels of a hierarchical allreduce, as this rank sees them.
+  struct Hierarchy {
+    std::unique_ptr<ShmGroup> host;          // null when this rank is alone on its host
+    std::unique_ptr<SubTransport> leaders;   // the hosts' first ranks; used by them only
+    bool leader = false;
+    std::size_t round_bytes = 0;             // the same on every rank
+  };
+
+  // Set up by the first hierarchical allreduce; null (with hier_unavailable_ saying
+  // why, the same on every rank) when the ranks are on one host, one per host, or
+  // laid out other than host by host, or when a host's segment could not be made.
+  Hierarchy* hierarchy(Step& st) {
+    if (hier_) return hier_.get();
+    if (!hier_unavailable_.empty()) return nullptr;
+    // Where every rank is: each one's (local_rank, local_size), gathered over UCX.
+    const int n = cfg_.size;
+    std::int32_t mine[2] = {cfg_.local_rank, local_size()};
+    std::vector<std::int32_t> all(2 * static_cast<std::size_t>(n));
+    std::vector<std::size_t> counts(n, 2);
+    Step gather{st.tp, st.deadline, seq_++, ws_, st.segment, st.window, st.what};
+    allgatherv_ring(gather, mine, all.data(), counts, sizeof(std::int32_t));
+    std::vector<int> leaders;
+    int widest = 1;
+    for (int q = 0; q < n && hier_unavailable_.empty();) {
+      int ls = all[2 * q + 1];
+      bool ok = all[2 * q] == 0 && ls >= 1 && q + ls <= n;
+      for (int i = 0; ok && i < ls; ++i) ok = all[2 * (q + i)] == i && all[2 * (q + i) + 1] == ls;
+      if (!ok) hier_unavailable_ = "the ranks are not laid out host by host (rank " + std::to_string(q) + ")";
+      leaders.push_back(q);
+      widest = std::max(widest, ls);
+      q += std::max(ls, 1);
+    }
+    if (hier_unavailable_.empty() && leaders.size() == 1) hier_unavailable_ = "every rank is on one host";
+    if (hier_unavailable_.empty() && widest == 1) hier_unavailable_ = "every host runs one rank";
+    if (!hier_unavailable_.empty()) return nullptr;
+    auto h = std::make_unique<Hierarchy>();
+    // Every host's slots hold a round; the widest host decides how big one can be.
+    h->round_bytes = std::min(cfg_.shm_slot_bytes, cfg_.shm_max_segment / (2 * (widest + 1))) / 4096 * 4096;
+    h->round_bytes = std::max<std::size_t>(h->round_bytes, 4096);
+    const int base = cfg_.rank - cfg_.local_rank;
+    if (!make_group(st, "hier/" + std::to_string(base), cfg_.local_rank, local_size(), h->round_bytes, h->host,
+                    hier_unavailable_)) {
+      ER_LOG(collective, warn, "hierarchical allreduce is off for this epoch: {}", hier_unavailable_);
+      return nullptr;
+    }
+    h->leader = cfg_.local_rank == 0;
+    h->leaders = std::make_unique<SubTransport>(*tp_, std::move(leaders));
+    hier_ = std::move(h);
+    return hier_.get();
+  }
+
+  void allreduce_hierarchical(Hierarchy& h, Step& st, const void* in, void* out, std::size_t count, DataType t,
+                              ReduceOp op) {
+    const std::size_t elem = size_of(t);
+    // Every rank reserves one sequence number per round, leader or not, so that the
+    // next collective's tags agree everywhere.
+    const std::uint64_t first = seq_;
+    seq_ += hier_rounds(count * elem, elem, h.round_bytes);
+    HierAllreduce ha;
+    ha.host = h.host.get();
+    ha.leader = h.leader;
+    ha.world = cfg_.size;
+    ha.round_bytes = h.round_bytes;
+    const ReduceOp acc = accumulate_op(op);
+    if (h.leader)
+      ha.across = [&](std::size_t round, void* buf, std::size_t n) {
+        Step sub{*h.leaders, st.deadline, first + round, ws_, cfg_.segment_bytes, cfg_.window, st.what};
+        if (n * elem <= cfg_.rd_max_bytes || n < static_cast<std::size_t>(h.leaders->size()))
+          allreduce_rd(sub, buf, buf, n, t, acc);
+        else
+          allreduce_ring(sub, buf, buf, n, t, acc);
+      };
+    allreduce_hier(ha, in, out, count, t, op, shm_wait(st));
+  }
+
+  // The shared-memory group if this call should use it: null under a forced ring or
+  // rd (which mean the UCX algorithms for every collective), for a world of one, or
+  // when it is unavailable. A forced shm that is unavailable is an error.
+  ShmGroup* shm(Step& st) { return shm(st, algorithm()); }
+  ShmGroup* shm(Step& st, Algorithm a) {
+    if (cfg_.size < 2 || (a != Algorithm::shm && a != Algorithm::automatic)) return nullptr;
+    if (ShmGroup* g = shared_memory(st)) return g;
+    if (a == Algorithm::shm) throw Error(std::string(st.what) + ": ELASTICRUN_ALGORITHM=shm, but " + shm_unavailable_);
+    return nullptr;
+  }
+
+  ShmWait shm_wait(const Step& st) const { return {st.deadline, *abort_, st.what}; }
+
+  // The shared-memory group of this host's ranks, set up by the first call that
+  // wants it; null when the ranks span hosts or any rank could not map the
+  // segment (every rank then agrees to use the UCX algorithms). Collective: all
+  // ranks reach it in the same call, because the choice depends only on the
+  // configuration and the algorithm setting, which are the same everywhere.
+  ShmGroup* shared_memory(Step& st) {
+    if (shm_) return shm_.get();
+    if (!shm_unavailable_.empty()) return nullptr;
+    if (local_size() != cfg_.size) {
+      shm_unavailable_ = "the ranks span hosts";
+      return nullptr;
+    }
+    // Slots of shm_slot_bytes, smaller where many ranks would make the segment
+    // (two sets of size+1 slots) larger than shm_max_segment.
+    std::size_t slot = std::min(cfg_.shm_slot_bytes, cfg_.shm_max_segment / (2 * (cfg_.size + 1)));
+    std::unique_ptr<ShmGroup> g;
+    if (!make_group(st, "shm", cfg_.rank, cfg_.size, slot, g, shm_unavailable_)) {
+      ER_LOG(collective, warn, "shared memory collectives are off for this epoch: {}", shm_unavailable_);
+      return nullptr;
+    }
+    shm_ = std::move(g);
+    return shm_.get();
+  }
+
+  int local_size() const { return cfg_.local_size > 0 ? cfg_.local_size : cfg_.size; }
+
+  // Makes this rank's shared-memory group: `group_size` ranks, this one `group_rank`
+  // among them, found under Store key scope + `name`. Group rank 0 creates the
+  // segment with its settings and publishes them with the path; the others adopt
+  // them (the progress mode behind small_max is each rank's own). Collective over
+  // the whole communicator: every rank calls it in the same call, and the result
+  // is whether every rank's group is usable (false: `why` says why). A group of
+  // one needs no segment and leaves `out` null.
+  bool make_group(Step& st, const std::string& name, int group_rank, int group_size, std::size_t slot,
+                  std::unique_ptr<ShmGroup>& out, std::string& why) {
+    ShmGroup::Options o;
+    o.rank = group_rank;
+    o.size = group_size;
+    o.blocking = blocking_;
+    o.dir = cfg_.shm_dir ? *cfg_.shm_dir : env_or("UCX_POSIX_DIR", "");  // the worker's own, under a daemon
+    o.slot_bytes = slot;
+    o.small_max = blocking_ ? cfg_.shm_small_max_blocking : cfg_.shm_small_max;
+    const std::string key = cfg_.scope + name;
+    constexpr std::size_t kFixed = 3 * sizeof(std::uint64_t);  // token, slot, small_max, then the path
+    std::unique_ptr<ShmGroup> g;
+    std::string mine;
+    try {
+      if (group_size == 1) {
+        // nothing to share
+      } else if (group_rank == 0) {
+        g = ShmGroup::create(o);
+      } else {
+        Bytes v = store_->get(key, st.deadline);
+        if (v.size() <= kFixed) throw Error("rank 0 of the host could not create the segment");
+        std::uint64_t fixed[3];
+        std::memcpy(fixed, v.data(), kFixed);
+        o.slot_bytes = fixed[1];
+        o.small_max = fixed[2];
+        g = ShmGroup::attach(o, std::string(v.begin() + kFixed, v.end()), fixed[0]);
+      }
+    } catch (const std::exception& e) {
+      if (dynamic_cast<const TimeoutError*>(&e) || abort_->raised()) throw;
+      mine = e.what();
+    }
+    // From here on group rank 0 removes the file whatever happens: the others have
+    // it mapped (or have given up) once the agreement is over.
+    std::int32_t ok = mine.empty() ? 1 : 0;
+    bool creator = group_size > 1 && group_rank == 0;
+    try {
+      if (creator) {
+        Bytes v(g ? kFixed + g->path().size() : 0);  // empty: there is no segment
+        if (g) {
+          std::uint64_t fixed[3] = {g->token(), g->slot_bytes(), g->small_max()};
+          std::memcpy(v.data(), fixed, kFixed);
+          std::memcpy(v.data() + kFixed, g->path().data(), g->path().size());
+        }
+        store_->set(key, v);
+      }
+      // Whether every rank has its group: the minimum over all ranks, by UCX (a step of its own).
+      Step agree{st.tp, st.deadline, seq_++, ws_, st.segment, st.window, st.what};
+      allreduce_rd(agree, &ok, &ok, 1, DataType::i32, ReduceOp::min);
+    } catch (...) {
+      if (g && creator) g->unlink();
+      throw;
+    }
+    if (g && creator) g->unlink();
+    if (ok == 0) {
+      why = !mine.empty() ? mine : "another rank could not map its shared segment";
+      return false;
+    }
+    out = std::move(g);
+    return true;
+  }
+
+
+  // Runs one collective with a fresh deadline and tag sequence. A failure leaves
+  // peers at unknown points, so the communicator refuses further use afterwards:
+  // the caller rebuilds it for the next epoch.
+  template <class F>
+  void run(const char* what, F&& body) {
+    abort_->check();
+    if (!broken_.empty()) throw Error(std::string(what) + ": communicator unusable after: " + broken_);
+    Step st{*tp_, Clock::now() + cfg_.timeout, seq_++, ws_, cfg_.segment_bytes, cfg_.window, what};
+    try {
+      body(st);
+    } catch (const std::exception& e) {
+      broken_ = e.what();
+      tp_->cancel_all();
+      throw;
+    }
+  }
+
+  HostCommConfig cfg_;
+  std::shared_ptr<Store> store_;
+  std::shared_ptr<AbortSignal> abort_;
+  bool blocking_ = false;
+  std::unique_ptr<UcxTransport> tp_;
+  std::unique_ptr<ShmGroup> shm_;
+  std::string shm_unavailable_;  // why there is no shm_, once decided
+  std::unique_ptr<Hierarchy> hier_;
+  std::string hier_unavailable_;  // why there is no hier_, once decided
+  Workspace ws_;
+  std::uint64_t seq_ = 0;
+  std::string broken_;
+};
+
+}  // namespace
+
+Progress resolve_progress(const HostCommConfig& cfg) {
+  Progress p = cfg.progress ? *cfg.progress : settings::progress();
+  if (p != Progress::automatic) return p;
+  int local = cfg.local_size > 0 ? cfg.local_size : cfg.size;
+  unsigned cores = std::thread::hardware_concurrency();
+  // Spinning only pays when every local rank has a core to itself.
+  return cores != 0 && static_cast<unsigned>(local) <= cores ? Progress::busy : Progress::block;
+}
+
+std::unique_ptr<elasticrun::Communicator> make_host_communicator(const HostCommConfig& cfg,
+                                                                std::shared_ptr<Store> store,
+                                                                std::shared_ptr<AbortSignal> abort) {
+  if (cfg.size < 1 || cfg.rank < 0 || cfg.rank >= cfg.size)
+    throw Error("communicator: rank " + std::to_string(cfg.rank) + " of size " + std::to_string(cfg.size));
+  if (!store || !abort) throw Error("communicator: store and abort signal are required");
+  return std::make_unique<HostCommunicator>(cfg, std::move(store), std::move(abort));
+}
+
+}  // namespace elasticrun::collective

@@ -1,0 +1,67 @@
+// The host-memory Communicator: UCX transport underneath, algorithms on top.
+//
+// Algorithm choice: when every rank runs on this host, every collective goes
+// through shared memory (shm_collectives.h; the segment is set up at the first
+// call, and if any rank cannot map it every rank falls back to UCX). Otherwise UCX:
+// allreduce by recursive doubling up to `rd_max_bytes` (or when there are fewer
+// elements than ranks) and the pipelined ring above; broadcast binomial or chained;
+// rings for allgather(v) and reduce_scatter. ELASTICRUN_ALGORITHM=shm|ring|rd|auto
+// forces it (ring and rd: UCX for every collective, and that allreduce algorithm);
+// it is read at every call unless HostCommConfig fixes it, so a test program can
+// switch algorithms without rebuilding the communicator. ELASTICRUN_ALGORITHM=hier
+// makes allreduce across hosts hierarchical (hier_allreduce.h): shared memory within
+// each host, UCX among one rank per host.
+//
+// Progress: busy-polling when this host runs no more ranks than it has cores,
+// blocking on the UCX event fd otherwise; ELASTICRUN_PROGRESS=busy|block|auto forces it.
+#pragma once
+
+#include "control/abort_signal.h"
+#include "control/settings.h"
+#include "control/store.h"
+
+#include <elasticrun/elasticrun.hpp>
+
+#include <chrono>
+#include <cstddef>
+#include <memory>
+#include <optional>
+#include <string>
+
+namespace elasticrun::collective {
+
+struct HostCommConfig {
+  int rank = 0, size = 1;
+  // Ranks sharing this host, and this rank's place among them; 0 means unknown
+  // (assume all `size`). A host's ranks are consecutive: this host has ranks
+  // rank - local_rank .. rank - local_rank + local_size - 1.
+  int local_size = 0;
+  int local_rank = 0;
+  std::string scope;    // Store key prefix unique to this epoch, e.g. "e3/"
+  std::chrono::milliseconds timeout = settings::kDefaultCollectiveTimeout;  // per-collective deadline
+  // Unset: settings::algorithm() / settings::progress() (ELASTICRUN_ALGORITHM / _PROGRESS).
+  std::optional<Algorithm> algorithm;
+  std::optional<Progress> progress;
+  std::size_t segment_bytes = 256 * 1024;  // pipeline chunk of the ring and chain
+  int window = 4;                          // receives posted ahead in pipelines
+  std::size_t rd_max_bytes = 32 * 1024;    // automatic allreduce: rd up to this size
+  std::size_t chain_min_bytes = 256 * 1024;  // automatic broadcast: chain from this size
+  // Shared-memory allreduce (bench/RESULTS.md has the measurements behind these):
+  std::size_t shm_slot_bytes = 1024 * 1024;       // vector bytes per round (fewer barriers)
+  std::size_t shm_max_segment = 16 * 1024 * 1024; // caps the slots when there are many ranks
+  std::size_t shm_small_max = 8 * 1024;           // one barrier, every rank reduces it all, up to
+  std::size_t shm_small_max_blocking = 32 * 1024; // ... this when ranks share cores (barriers cost more)
+  // Broadcasts below this go by UCX even on one host: a binomial tree of eager
+  // messages lets the root run ahead, where shared memory waits for every rank.
+  std::size_t shm_broadcast_min_bytes = 4 * 1024;
+  std::optional<std::string> shm_dir;        // for the segment; unset: $UCX_POSIX_DIR, else /dev/shm
+};
+
+// The progress mode that `cfg` resolves to on this machine (env and oversubscription).
+Progress resolve_progress(const HostCommConfig& cfg);
+
+std::unique_ptr<elasticrun::Communicator> make_host_communicator(const HostCommConfig& cfg,
+                                                                std::shared_ptr<Store> store,
+                                                                std::shared_ptr<AbortSignal> abort);
+
+}  // namespace elasticrun::collective

@@ -1,0 +1,54 @@
+// The narrow point-to-point interface the collective algorithms are written against.
+//
+// Algorithms post tagged sends and receives and wait on them; they never see a
+// backend type. Matching is by (source rank, tag): the backend folds the sender's
+// rank into the wire tag, so a tag only has to be unique among one pair's messages
+// that can be in flight at the same time. Every wait has a deadline and returns
+// early, with the control plane's typed error, when the epoch is aborted.
+#pragma once
+
+#include "control/store.h"
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+namespace elasticrun::collective {
+
+class Transport {
+ public:
+  // A posted operation. `handle` is the backend's; null means complete.
+  struct Request {
+    void* handle = nullptr;
+    int peer = -1;
+    bool recv = false;
+    bool done() const { return handle == nullptr; }
+  };
+
+  // Tags carry the collective's sequence number and a step within it.
+  static constexpr int kStepBits = 28;
+  static constexpr int kSeqBits = 16;
+  static std::uint64_t make_tag(std::uint64_t seq, std::uint64_t step) {
+    return ((seq & ((1ull << kSeqBits) - 1)) << kStepBits) | (step & ((1ull << kStepBits) - 1));
+  }
+
+  virtual ~Transport() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+
+  // The buffer must stay valid (and, for sends, unchanged) until the request completes.
+  virtual Request isend(int peer, std::uint64_t tag, const void* buf, std::size_t bytes) = 0;
+  virtual Request irecv(int peer, std::uint64_t tag, void* buf, std::size_t bytes) = 0;
+
+  // Waits until every request completes and marks them done. On a deadline
+  // (TimeoutError naming `what` and the first peer still pending) or an abort
+  // (WorkersFailed / HostsUpdated) it cancels every outstanding request of this
+  // transport before throwing. A receive longer than its buffer is a ProtocolError.
+  virtual void wait(std::span<Request> reqs, Clock::time_point deadline, const char* what) = 0;
+  void wait(Request& r, Clock::time_point deadline, const char* what) { wait(std::span(&r, 1), deadline, what); }
+
+  // Cancels every outstanding request (used when a collective fails midway).
+  virtual void cancel_all() = 0;
+};
+
+}  // namespace elasticrun::collective
