@@ -117,7 +117,7 @@ TEST_P(Collectives, Broadcast) {
     for (std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{1023}, kLarge})
       for (int root = 0; root < c.size(); ++root) {
         Buf want = input(DataType::f32, ReduceOp::sum, root, count);
-        Buf buf = r == root ? want : Buf(want.size(), std::byte{0x5A});
+        Buf buf = r == root ? want : Buf(want.size(), 0x5A);
         c.broadcast(buf.data(), count, DataType::f32, root);
         CHECK_SAME(buf, want, 4, ctx("broadcast", r, DataType::f32, ReduceOp::sum, count, true) + " root " +
                                      std::to_string(root));
@@ -139,7 +139,7 @@ TEST_P(Collectives, AllgatherAndAllgatherv) {
           want.insert(want.end(), part.begin(), part.end());
         }
         Buf in = input(t, ReduceOp::sum, r, count), out(want.size());
-        const std::byte* src = in.data();
+        const unsigned char* src = in.data();
         if (in_place) {
           std::copy(in.begin(), in.end(), out.begin() + r * in.size());
           src = out.data() + r * in.size();
@@ -173,7 +173,7 @@ TEST_P(Collectives, ReduceScatter) {
             Buf in = input(t, op, r, count * n);
             Buf want = reduced(t, op, n, count, count * r);
             Buf out(count * size_of(t));
-            std::byte* dst = in_place ? in.data() + count * r * size_of(t) : out.data();
+            unsigned char* dst = in_place ? in.data() + count * r * size_of(t) : out.data();
             c.reduce_scatter(in.data(), dst, count, t, op);
             Buf got(dst, dst + out.size());
             CHECK_SAME(got, want, size_of(t), ctx("reduce_scatter", r, t, op, count, in_place));

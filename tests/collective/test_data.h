@@ -1,7 +1,10 @@
 // Rank-dependent inputs and locally computed references for collective tests.
-// Values are small integers so every reduction order gives the same bits.
+// Values are small integers so every reduction order gives the same bits. The inputs are
+// written as examples/collective_checks.h writes them; the references here come from the
+// library's own reduction kernels (bit-exact), where the examples compute theirs in double.
 #pragma once
 
+#include "collective_checks.h"  // examples/
 #include "host/reduce.h"
 
 #include <elasticrun/types.hpp>
@@ -13,22 +16,8 @@
 
 namespace elasticrun::collective::testing {
 
-using Buf = std::vector<std::byte>;
-
-inline void put(DataType t, Buf& b, std::size_t i, long v) {
-  std::byte* p = b.data() + i * size_of(t);
-  auto store = [p](auto x) { std::memcpy(p, &x, sizeof x); };
-  switch (t) {
-    case DataType::f16: return store(float_to_half(static_cast<float>(v)));
-    case DataType::bf16: return store(float_to_bfloat16(static_cast<float>(v)));
-    case DataType::f32: return store(static_cast<float>(v));
-    case DataType::f64: return store(static_cast<double>(v));
-    case DataType::i8: return store(static_cast<std::int8_t>(v));
-    case DataType::u8: return store(static_cast<std::uint8_t>(v));
-    case DataType::i32: return store(static_cast<std::int32_t>(v));
-    case DataType::i64: return store(static_cast<std::int64_t>(v));
-  }
-}
+using Buf = collective_checks::Buf;
+using collective_checks::put;  // the examples' checks and these tests write inputs alike
 
 // Products stay within 2^5 and sums within 20 in magnitude for up to 5 ranks.
 inline long value(DataType t, ReduceOp op, int rank, std::size_t i) {
