@@ -12,6 +12,7 @@
 
 #include <array>
 #include <csignal>
+#include <filesystem>
 #include <map>
 
 namespace elasticrun::daemon {
@@ -80,7 +81,9 @@ Result<int> ProcessLauncher::spawn(const WorkerSpec& spec) {
   child.argv = spec.argv;
   child.argv[0] = *exe;
   child.env = spec.env;
-  child.cwd = spec.cwd;
+  // A directory missing on this host leaves the worker in ours, as it always has (the
+  // man page asks for it to exist; failing the spawn instead would be a change of its own).
+  if (std::error_code ec; std::filesystem::is_directory(spec.cwd, ec)) child.cwd = spec.cwd;
   child.in = ChildSpec::Stdio::null;
   child.out = child.err = ChildSpec::Stdio::pipe;
   auto w = std::make_unique<Worker>();
