@@ -1,21 +1,16 @@
 #include "cmd/daemon_link.h"
 
+#include "common/child_process.h"
+#include "common/framed_stream.h"
 #include "common/log.h"
 #include "common/shm_dirs.h"
 
 #include <fmt/format.h>
 
 #include <boost/asio.hpp>
-#include <boost/process.hpp>
-#include <boost/process/extend.hpp>
-
-#include <sys/prctl.h>
-#include <sys/wait.h>
-
-#include <thread>
 
 #include <csignal>
-#include <deque>
+#include <optional>
 
 namespace elasticrun::cmd {
 
@@ -76,93 +71,65 @@ void DaemonLink::report_closed(const std::string& why) {
 
 namespace {
 
-namespace bp = boost::process;
 namespace asio = boost::asio;
 
-struct DieWithDriver : bp::extend::handler {
-  template <class Executor>
-  void on_exec_setup(Executor&) const {
-    // SIGTERM, not SIGKILL: the daemon then stops its workers and removes their
-    // shared-memory directories before it exits.
-    ::prctl(PR_SET_PDEATHSIG, SIGTERM);
-  }
-};
-
-class LocalDaemon final : public DaemonLink {
+class LocalDaemon final : public DaemonLink, private FramedStream::Handler {
  public:
-  LocalDaemon(asio::io_context& io, std::string host, DaemonEvents ev)
-      : DaemonLink(std::move(host), std::move(ev)), in_(io), out_(io) {}
+  LocalDaemon(asio::io_context& io, std::string host, DaemonEvents ev) : DaemonLink(std::move(host), std::move(ev)), io_(io) {}
   ~LocalDaemon() override {
     close();
-    if (!child_ || !child_->valid()) return;
-    // Reap the daemon; it exits once its workers are gone. (Boost's wait_for can
-    // oversleep its whole timeout, so poll waitpid ourselves.)
-    int pid = child_->id(), status = 0;
-    for (int i = 0; i < 600; ++i) {
-      if (::waitpid(pid, &status, WNOHANG) == pid) {
-        child_->detach();
-        // A daemon that was killed could not clean up after its workers.
-        shm_dirs::remove_all_of(pid);
-        return;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
-    // Still there (stopped, or hung): kill it, and clean up after it as above.
-    std::error_code ec;
-    child_->terminate(ec);
+    if (!child_) return;
+    // The daemon exits once its workers are gone; a killed one could not clean up
+    // after its workers, so their shared-memory directories are removed either way.
+    int pid = child_->pid();
+    child_->wait_for(std::chrono::seconds(3));
+    child_.reset();  // still there (stopped, or hung): killed
     shm_dirs::remove_all_of(pid);
   }
 
   Result<void> start(const std::string& path, const std::string& log_level) {
-    std::vector<std::string> args{"--stdio"};
-    if (!log_level.empty()) args.push_back("--log-level=" + log_level);
-    try {
-      child_ = std::make_unique<bp::child>(bp::exe = path, bp::args = args, bp::std_in < in_,
-                                           bp::std_out > out_, DieWithDriver{});
-    } catch (const std::exception& e) {
-      return fail(std::string("cannot start '") + path + "': " + e.what());
-    }
-    read();
+    ChildSpec spec;
+    spec.program = path;
+    spec.argv = {path, "--stdio"};
+    if (!log_level.empty()) spec.argv.push_back("--log-level=" + log_level);
+    spec.in = spec.out = ChildSpec::Stdio::pipe;
+    // In the driver's process group, so that ^C in a terminal reaches it too.
+    spec.own_group = false;
+    // SIGTERM, not SIGKILL: the daemon then stops its workers and removes their
+    // shared-memory directories before it exits.
+    spec.death_signal = SIGTERM;
+    auto child = ChildProcess::start(io_, spec);
+    if (!child) return fail("cannot start '" + path + "': " + child.error());
+    child_ = std::move(*child);
+    stream_.emplace(io_, child_->take_pipe(1).release(), child_->take_pipe(0).release(),
+                    static_cast<FramedStream::Handler&>(*this));
+    stream_->start();
     return {};
   }
 
   void send_frame(const Frame& f) override {
-    if (closed()) return;
-    wqueue_.push_back(encode_frame(f));
-    if (wqueue_.size() == 1) write_next();
+    if (!closed() && stream_) stream_->send(f);
   }
 
   void close() override {
-    boost::system::error_code ec;
-    in_.close(ec);
-    out_.close(ec);
+    if (stream_) stream_->close();
   }
 
  private:
-  void read() {
-    out_.async_read_some(asio::buffer(buf_), [this](boost::system::error_code ec, std::size_t n) {
-      if (closed()) return;
-      if (n > 0 && !on_bytes({buf_.data(), n})) return;
-      if (ec) {
-        report_closed(shutting_down_ ? "" : "daemon exited unexpectedly");
-        return;
-      }
-      read();
-    });
-  }
-  void write_next() {
-    asio::async_write(in_, asio::buffer(wqueue_.front()), [this](boost::system::error_code ec, std::size_t) {
-      if (closed()) return;
-      if (ec) return report_closed(shutting_down_ ? "" : "daemon control channel broke: " + ec.message());
-      wqueue_.pop_front();
-      if (!wqueue_.empty()) write_next();
-    });
+  void on_stream_frame(Frame f) override { on_frame(f); }
+  void on_stream_end(const StreamEnd& end) override {
+    switch (end.kind) {
+      case StreamEnd::Kind::bad_stream: return report_closed("bad control stream from daemon: " + end.detail);
+      case StreamEnd::Kind::write_error:
+        return report_closed(shutting_down_ ? "" : "daemon control channel broke: " + end.detail);
+      case StreamEnd::Kind::eof:
+      case StreamEnd::Kind::read_error: return report_closed(shutting_down_ ? "" : "daemon exited unexpectedly");
+    }
   }
 
-  bp::async_pipe in_, out_;
-  std::unique_ptr<bp::child> child_;
-  std::array<std::uint8_t, 65536> buf_{};
-  std::deque<wire::Bytes> wqueue_;
+  asio::io_context& io_;
+  std::unique_ptr<ChildProcess> child_;
+  std::optional<FramedStream> stream_;
 };
 
 }  // namespace

@@ -1,5 +1,6 @@
 #include "cmd/tcp_daemon.h"
 
+#include "common/framed_stream.h"
 #include "common/handshake.h"
 #include "common/log.h"
 #include "common/socket_options.h"
@@ -8,6 +9,7 @@
 #include <fmt/format.h>
 
 #include <deque>
+#include <optional>
 
 namespace elasticrun::cmd {
 namespace {
@@ -17,7 +19,7 @@ using asio::ip::tcp;
 
 constexpr std::string_view kRole = "driver";
 
-class TcpDaemon final : public DaemonLink {
+class TcpDaemon final : public DaemonLink, private FramedStream::Handler {
  public:
   TcpDaemon(asio::io_context& io, std::string host, std::uint16_t port, const auth::Secret& cluster,
             std::chrono::milliseconds timeout, std::chrono::milliseconds host_timeout, DaemonEvents ev)
@@ -64,6 +66,7 @@ class TcpDaemon final : public DaemonLink {
     timer_.cancel();
     resolver_.cancel();
     socket_.close(ec);
+    if (stream_) stream_->close();
   }
 
  private:
@@ -75,27 +78,24 @@ class TcpDaemon final : public DaemonLink {
       boost::system::error_code e2;
       socket_.set_option(tcp::no_delay(true), e2);
       net::keep_alive(socket_.native_handle(), host_timeout_);
-      read();
+      stream_.emplace(std::move(socket_), static_cast<FramedStream::Handler&>(*this));
+      stream_->start();
     });
   }
 
-  void read() {
-    socket_.async_read_some(asio::buffer(buf_), [this, alive = std::weak_ptr<int>(alive_)](
-                                                    boost::system::error_code ec, std::size_t n) {
-      if (!alive.lock() || closed()) return;
-      if (n > 0) {
-        if (auto ok = parser_.feed({buf_.data(), n}); !ok)
-          return void(fail_link(fmt::format("{}: bad control stream: {}", where_, ok.error())));
-        while (parser_.has_frame())
-          if (!handle(parser_.pop())) return;
-      }
-      if (ec) {
+  void on_stream_frame(Frame f) override { handle(f); }
+
+  void on_stream_end(const StreamEnd& end) override {
+    switch (end.kind) {
+      case StreamEnd::Kind::bad_stream: return void(fail_link(fmt::format("{}: bad control stream: {}", where_, end.detail)));
+      case StreamEnd::Kind::write_error:
+        return report_closed(shutting_down_ ? "" : fmt::format("{}: write: {}", where_, end.detail));
+      case StreamEnd::Kind::eof:
+      case StreamEnd::Kind::read_error:
         if (!authenticated_)
-          return void(fail_link(fmt::format("{}: closed during the handshake ({})", where_, ec.message())));
-        return report_closed(shutting_down_ ? "" : fmt::format("{}: connection lost: {}", where_, ec.message()));
-      }
-      read();
-    });
+          return void(fail_link(fmt::format("{}: closed during the handshake ({})", where_, end.detail)));
+        return report_closed(shutting_down_ ? "" : fmt::format("{}: connection lost: {}", where_, end.detail));
+    }
   }
 
   // False once the link is finished.
@@ -141,21 +141,7 @@ class TcpDaemon final : public DaemonLink {
     return false;
   }
 
-  void write(const Frame& f) {
-    wqueue_.push_back(encode_frame(f));
-    if (wqueue_.size() == 1) write_next();
-  }
-
-  void write_next() {
-    asio::async_write(socket_, asio::buffer(wqueue_.front()),
-                      [this, alive = std::weak_ptr<int>(alive_)](boost::system::error_code ec, std::size_t) {
-                        if (!alive.lock() || closed()) return;
-                        if (ec)
-                          return report_closed(shutting_down_ ? "" : fmt::format("{}: write: {}", where_, ec.message()));
-                        wqueue_.pop_front();
-                        if (!wqueue_.empty()) write_next();
-                      });
-  }
+  void write(const Frame& f) { stream_->send(f); }
 
   asio::io_context& io_;
   std::uint16_t port_;
@@ -166,10 +152,8 @@ class TcpDaemon final : public DaemonLink {
   asio::steady_timer timer_;
   std::string where_;
   std::shared_ptr<int> alive_ = std::make_shared<int>(0);
-  FrameParser parser_;
-  std::array<std::uint8_t, 65536> buf_{};
+  std::optional<FramedStream> stream_;  // once connected
   std::deque<Frame> pending_;
-  std::deque<wire::Bytes> wqueue_;
   handshake::Client hs_{cluster_, std::string(kRole)};
   bool hello_seen_ = false, authenticated_ = false;
 };

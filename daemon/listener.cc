@@ -1,5 +1,6 @@
 #include "daemon/listener.h"
 
+#include "common/child_process.h"
 #include "common/frame.h"
 #include "common/handshake.h"
 #include "common/log.h"
@@ -9,12 +10,11 @@
 #include "daemon/job_records.h"
 
 #include <fcntl.h>
-#include <sys/prctl.h>
-#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <csignal>
+#include <cstring>
 
 namespace elasticrun::daemon {
 
@@ -126,7 +126,7 @@ class Listener::Handshake : public std::enable_shared_from_this<Handshake> {
 };
 
 Listener::Listener(asio::io_context& io, ListenOptions options)
-    : io_(io), options_(std::move(options)), acceptor_(io), sigchld_(io, SIGCHLD), kill_timer_(io) {}
+    : io_(io), options_(std::move(options)), acceptor_(io), kill_timer_(io) {}
 
 Listener::~Listener() = default;
 
@@ -141,7 +141,6 @@ Result<void> Listener::start() {
   if (!ec) acceptor_.listen(asio::socket_base::max_listen_connections, ec);
   if (ec) return fail("cannot listen on " + options_.address + ":" + std::to_string(options_.port) + ": " + ec.message());
   ::fcntl(acceptor_.native_handle(), F_SETFD, FD_CLOEXEC);
-  watch_children();
   accept();
   return {};
 }
@@ -178,75 +177,42 @@ void Listener::start_job(tcp::socket socket, const auth::Secret& pad, const std:
     ER_LOG(daemon, error, "cannot start a job for {}: pipe: {}", peer, std::strerror(errno));
     return;
   }
-  // Everything the child needs is prepared before fork: after it, only
-  // async-signal-safe calls until exec.
-  std::vector<std::string> args{"elasticrund", "--stdio", "--job-pad-fd=3"};
-  if (!options_.state_dir.empty()) args.push_back("--state-dir=" + options_.state_dir);
-  if (!options_.log_level.empty()) args.push_back("--log-level=" + options_.log_level);
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  int sock = socket.native_handle();
-  const char* exe = options_.self_exe.c_str();
-  pid_t parent = ::getpid();
-  pid_t pid = ::fork();
-  if (pid == 0) {
-    ::setpgid(0, 0);
-    // A job never outlives the daemon: it stops its workers when the daemon goes.
-    ::prctl(PR_SET_PDEATHSIG, SIGTERM);
-    if (::getppid() != parent) ::_exit(1);
-    if (::dup2(sock, 0) < 0 || ::dup2(sock, 1) < 0 || ::dup2(pipefd[0], 3) < 0) ::_exit(127);
-    ::syscall(SYS_close_range, 4u, ~0u, 0u);
-    sigset_t none;
-    sigemptyset(&none);
-    ::sigprocmask(SIG_SETMASK, &none, nullptr);
-    ::execv(exe, argv.data());
-    ::_exit(127);
-  }
-  ::close(pipefd[0]);
-  if (pid < 0) {
-    ::close(pipefd[1]);
-    ER_LOG(daemon, error, "cannot start a job for {}: fork: {}", peer, std::strerror(errno));
+  UniqueFd pad_r(pipefd[0]), pad_w(pipefd[1]);
+  ChildSpec spec;
+  spec.program = options_.self_exe;
+  spec.argv = {"elasticrund", "--stdio", "--job-pad-fd=3"};
+  if (!options_.state_dir.empty()) spec.argv.push_back("--state-dir=" + options_.state_dir);
+  if (!options_.log_level.empty()) spec.argv.push_back("--log-level=" + options_.log_level);
+  spec.fds = {{0, socket.native_handle()}, {1, socket.native_handle()}, {3, pad_r.get()}};
+  // A job never outlives the daemon: it stops its workers when the daemon goes.
+  spec.death_signal = SIGTERM;
+  auto child = ChildProcess::start(io_, spec, [this, peer](int pid, int status) { on_job_exit(pid, peer, status); });
+  if (!child) {
+    ER_LOG(daemon, error, "cannot start a job for {}: {}", peer, child.error());
     return;
   }
+  pad_r.reset();
   std::size_t off = 0;
   while (off < pad.size()) {
-    ssize_t n = ::write(pipefd[1], pad.data() + off, pad.size() - off);
+    ssize_t n = ::write(pad_w.get(), pad.data() + off, pad.size() - off);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) break;
     off += static_cast<std::size_t>(n);
   }
-  ::close(pipefd[1]);
   boost::system::error_code ec;
   socket.close(ec);
-  jobs_[pid] = peer;
+  int pid = (*child)->pid();
+  jobs_[pid] = std::move(*child);
   ER_LOG(daemon, info, "job from {} started as process {}", peer, pid);
 }
 
-void Listener::watch_children() {
-  sigchld_.async_wait([this](boost::system::error_code ec, int) {
-    if (ec) return;
-    reap();
-    watch_children();
-  });
-}
-
-void Listener::reap() {
-  bool abnormal = false;
-  for (;;) {
-    int status = 0;
-    pid_t pid = ::waitpid(-1, &status, WNOHANG);
-    if (pid <= 0) break;
-    auto it = jobs_.find(pid);
-    if (it == jobs_.end()) continue;
-    if (WIFSIGNALED(status)) {
-      abnormal = true;
-      ER_LOG(daemon, warn, "job from {} (process {}) killed by signal {}", it->second, pid, WTERMSIG(status));
-    } else {
-      ER_LOG(daemon, info, "job from {} (process {}) ended with code {}", it->second, pid, WEXITSTATUS(status));
-    }
-    jobs_.erase(it);
-  }
+void Listener::on_job_exit(int pid, const std::string& peer, int status) {
+  bool abnormal = WIFSIGNALED(status);
+  if (abnormal)
+    ER_LOG(daemon, warn, "job from {} (process {}) killed by signal {}", peer, pid, WTERMSIG(status));
+  else
+    ER_LOG(daemon, info, "job from {} (process {}) ended with code {}", peer, pid, WEXITSTATUS(status));
+  jobs_.erase(pid);
   // A job that could not clean up: kill what its workers left, remove its files.
   if (abnormal && !options_.state_dir.empty()) reclaim_jobs(options_.state_dir);
   finish_if_stopped();
@@ -258,11 +224,11 @@ void Listener::stop(std::chrono::milliseconds grace, std::function<void()> done)
   done_ = std::move(done);
   boost::system::error_code ec;
   acceptor_.close(ec);
-  for (auto& [pid, peer] : jobs_) ::kill(pid, SIGTERM);
+  for (auto& [pid, job] : jobs_) job->signal(SIGTERM);
   kill_timer_.expires_after(grace);
   kill_timer_.async_wait([this](boost::system::error_code e) {
     if (e) return;
-    for (auto& [pid, peer] : jobs_) ::kill(-pid, SIGKILL);
+    for (auto& [pid, job] : jobs_) job->signal_group(SIGKILL);
   });
   finish_if_stopped();
 }
@@ -270,8 +236,6 @@ void Listener::stop(std::chrono::milliseconds grace, std::function<void()> done)
 void Listener::finish_if_stopped() {
   if (!stopping_ || !jobs_.empty() || !done_) return;
   kill_timer_.cancel();
-  boost::system::error_code ec;
-  sigchld_.cancel(ec);
   auto done = std::move(done_);
   done_ = nullptr;
   done();

@@ -15,6 +15,7 @@
 #pragma once
 
 #include "common/auth.h"
+#include "common/child_process.h"
 #include "common/result.h"
 
 #include <boost/asio.hpp>
@@ -53,17 +54,15 @@ class Listener {
   class Handshake;
   void accept();
   void start_job(boost::asio::ip::tcp::socket socket, const auth::Secret& pad, const std::string& peer);
-  void watch_children();
-  void reap();
+  void on_job_exit(int pid, const std::string& peer, int status);
   void finish_if_stopped();
 
   boost::asio::io_context& io_;
   ListenOptions options_;
   boost::asio::ip::tcp::acceptor acceptor_;
-  boost::asio::signal_set sigchld_;
   boost::asio::steady_timer kill_timer_;
   std::shared_ptr<std::size_t> handshake_count_ = std::make_shared<std::size_t>(0);
-  std::map<int, std::string> jobs_;  // job process pid -> peer
+  std::map<int, std::unique_ptr<ChildProcess>> jobs_;  // by pid
   bool stopping_ = false;
   std::function<void()> done_;
 };

@@ -22,7 +22,7 @@ namespace asio = boost::asio;
 
 Supervisor::Supervisor(asio::io_context& io, int in_fd, int out_fd, std::function<void(int)> on_done,
                        SupervisorOptions options)
-    : io_(io), in_(io, in_fd), out_(io, in_fd == out_fd ? ::fcntl(out_fd, F_DUPFD_CLOEXEC, 3) : out_fd),
+    : io_(io), stream_(io, in_fd, out_fd, *this),
       on_done_(std::move(on_done)), options_(std::move(options)), kill_timer_(io), watchdog_(io), beat_timer_(io) {
   if (!options_.state_dir.empty()) record_ = std::make_unique<JobRecord>(options_.state_dir);
   WorkerEvents ev;
@@ -68,35 +68,34 @@ void Supervisor::remove_shm_dir(std::uint32_t slot) {
 void Supervisor::start() {
   send(msg::Ready{static_cast<std::uint32_t>(::getpid()), ""});
   watch_driver();
-  read();
+  stream_.start();
 }
 
-void Supervisor::read() {
-  in_.async_read_some(asio::buffer(rbuf_), [this](boost::system::error_code ec, std::size_t n) {
-    if (ec) {
+void Supervisor::on_stream_frame(Frame f) {
+  watch_driver();
+  try {
+    handle(f);
+  } catch (const wire::DecodeError& e) {
+    ER_LOG(daemon, error, "rejected malformed {} frame: {}; stopping", msg::type_name(f.type), e.what());
+    stream_.stop_reading();
+    stop(std::chrono::milliseconds(1000), 1);
+  }
+}
+
+void Supervisor::on_stream_end(const StreamEnd& end) {
+  switch (end.kind) {
+    case StreamEnd::Kind::bad_stream:
+      ER_LOG(daemon, error, "rejected control stream: {}; stopping", end.detail);
+      return stop(std::chrono::milliseconds(1000), 1);
+    case StreamEnd::Kind::write_error:
+      out_broken_ = true;
+      return stop(std::chrono::milliseconds(1000), 1);
+    case StreamEnd::Kind::eof:
+    case StreamEnd::Kind::read_error:
       if (!stopping_) ER_LOG(daemon, info, "control channel closed; stopping all workers");
       out_broken_ = true;  // nobody to report to
-      stop(std::chrono::milliseconds(1000), stopping_ ? exit_code_ : 1);
-      return;
-    }
-    if (auto ok = parser_.feed({rbuf_.data(), n}); !ok) {
-      ER_LOG(daemon, error, "rejected control stream: {}; stopping", ok.error());
-      stop(std::chrono::milliseconds(1000), 1);
-      return;
-    }
-    if (parser_.has_frame()) watch_driver();
-    while (parser_.has_frame()) {
-      Frame f = parser_.pop();
-      try {
-        handle(f);
-      } catch (const wire::DecodeError& e) {
-        ER_LOG(daemon, error, "rejected malformed {} frame: {}; stopping", msg::type_name(f.type), e.what());
-        stop(std::chrono::milliseconds(1000), 1);
-        return;
-      }
-    }
-    read();
-  });
+      return stop(std::chrono::milliseconds(1000), stopping_ ? exit_code_ : 1);
+  }
 }
 
 // Any frame from the driver proves it is there; silence for the host timeout (the
@@ -142,7 +141,7 @@ void Supervisor::handle(const Frame& f) {
                                             config_->host_timeout_ms, config_->heartbeat_ms));
       driver_timeout_ = std::chrono::milliseconds(config_->host_timeout_ms);
       // A connection from the driver (elasticrund --listen) gets the job's bound too.
-      net::keep_alive(in_.native_handle(), driver_timeout_);
+      net::keep_alive(stream_.native_handle(), driver_timeout_);
       watch_driver();
       beat();
       if (options_.secret_pad)
@@ -222,35 +221,17 @@ void Supervisor::stop(std::chrono::milliseconds grace, int exit_code) {
 
 void Supervisor::finish_if_idle() {
   if (!stopping_ || done_ || launcher_->running() > 0) return;
-  if (!out_broken_ && !wqueue_.empty()) return;  // flush reports first; write_next calls back
+  if (!out_broken_ && stream_.queued() > 0) return;  // flush reports first; on_stream_drained calls back
   done_ = true;
   kill_timer_.cancel();
   watchdog_.cancel();
   beat_timer_.cancel();
-  boost::system::error_code ec;
-  in_.close(ec);
-  out_.close(ec);
+  stream_.close();
   if (on_done_) on_done_(exit_code_);
 }
 
 void Supervisor::send_frame(const Frame& f) {
-  if (out_broken_) return;
-  wqueue_.push_back(encode_frame(f));
-  if (wqueue_.size() == 1) write_next();
-}
-
-void Supervisor::write_next() {
-  asio::async_write(out_, asio::buffer(wqueue_.front()), [this](boost::system::error_code ec, std::size_t) {
-    if (ec) {
-      out_broken_ = true;
-      wqueue_.clear();
-      stop(std::chrono::milliseconds(1000), 1);
-      return;
-    }
-    wqueue_.pop_front();
-    if (!wqueue_.empty()) write_next();
-    else finish_if_idle();
-  });
+  if (!out_broken_) stream_.send(f);
 }
 
 }  // namespace elasticrun::daemon

@@ -9,14 +9,13 @@
 #pragma once
 
 #include "common/auth.h"
-#include "common/frame.h"
+#include "common/framed_stream.h"
 #include "common/messages.h"
 #include "daemon/job_records.h"
 #include "daemon/launcher.h"
 
 #include <boost/asio.hpp>
 
-#include <deque>
 #include <map>
 #include <functional>
 #include <memory>
@@ -32,7 +31,7 @@ struct SupervisorOptions {
   std::string state_dir;
 };
 
-class Supervisor {
+class Supervisor : private FramedStream::Handler {
  public:
   // Takes ownership of the two descriptors (they may be the same socket).
   Supervisor(boost::asio::io_context& io, int in_fd, int out_fd, std::function<void(int)> on_done,
@@ -43,7 +42,9 @@ class Supervisor {
   void stop(std::chrono::milliseconds grace, int exit_code);
 
  private:
-  void read();
+  void on_stream_frame(Frame f) override;
+  void on_stream_end(const StreamEnd& end) override;
+  void on_stream_drained() override { finish_if_idle(); }
   void handle(const Frame& f);
   void watch_driver();
   void beat();
@@ -53,21 +54,17 @@ class Supervisor {
     send_frame(msg::to_frame(m));
   }
   void send_frame(const Frame& f);
-  void write_next();
   void finish_if_idle();
   std::string make_shm_dir(std::uint32_t slot);
   void remove_shm_dir(std::uint32_t slot);
 
   boost::asio::io_context& io_;
-  boost::asio::posix::stream_descriptor in_, out_;
+  FramedStream stream_;
   std::function<void(int)> on_done_;
   SupervisorOptions options_;
   std::unique_ptr<JobRecord> record_;
   std::unique_ptr<Launcher> launcher_;
   std::optional<msg::Config> config_;
-  FrameParser parser_;
-  std::array<std::uint8_t, 65536> rbuf_{};
-  std::deque<wire::Bytes> wqueue_;
   bool out_broken_ = false;
   bool stopping_ = false;
   int exit_code_ = 0;

@@ -8,24 +8,19 @@
 //    exits, whatever it left running in its group is killed, so a forgotten background
 //    child cannot hold the pipes open;
 //  - a deadline, an output cap or cancel() kill the whole group (SIGKILL to -pgid).
-// We reap our own pid with waitpid(pid, WNOHANG) on SIGCHLD rather than through
-// Boost.Process: its 1.74 on_exit folds exit codes and signals together, and other parts
-// of the driver reap their own children the same way, so nobody may wait(-1).
+// common/child_process.h starts and reaps the script (by its own pid: other parts of the
+// driver have children too).
 #include "discovery/host_source.h"
 #include "discovery/script_output.h"
 
+#include "common/child_process.h"
 #include "common/log.h"
 
 #include <boost/asio.hpp>
-#include <boost/process.hpp>
-#include <boost/process/extend.hpp>
 
 #include <fmt/format.h>
 
-#include <linux/close_range.h>
-#include <sys/prctl.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -33,39 +28,13 @@
 #include <cerrno>
 #include <csignal>
 #include <cstring>
-#include <thread>
 
 namespace elasticrun::discovery {
 namespace {
 
-namespace bp = boost::process;
 namespace asio = boost::asio;
 
 constexpr std::size_t kStderrTail = 1024;
-
-// Runs in the child between fork and exec (async-signal-safe calls only), and in the
-// parent when the launch failed.
-struct ScriptSetup : bp::extend::handler {
-  int* failed_pid;  // set to the forked pid when exec failed: that child is ours to reap
-
-  template <class Executor>
-  void on_error(Executor& exec, const std::error_code&) const {
-    if (exec.pid > 0) *failed_pid = exec.pid;
-  }
-  template <class Executor>
-  void on_exec_setup(Executor&) const {
-    ::setpgid(0, 0);                      // its own group, so a timeout kills its children too
-    ::prctl(PR_SET_PDEATHSIG, SIGKILL);   // and it dies with the driver
-    ::signal(SIGPIPE, SIG_DFL);           // the dispositions a fresh program expects
-    sigset_t none;
-    sigemptyset(&none);
-    ::sigprocmask(SIG_SETMASK, &none, nullptr);
-    // The driver's sockets and other children's pipes must not leak into the script
-    // (a leaked pipe end would keep someone else's EOF from arriving). CLOEXEC, not
-    // close: Boost.Process reports an exec failure through a CLOEXEC pipe of its own.
-    ::syscall(SYS_close_range, 3u, ~0u, CLOSE_RANGE_CLOEXEC);
-  }
-};
 
 // What the script's exit status means, or an empty string for exit 0.
 std::string status_text(int status) {
@@ -97,10 +66,10 @@ Result<void> check_executable(const std::string& path) {
 
 // One poll in flight. Handlers hold it by shared_ptr, so its buffers outlive them;
 // once `finished` is set they return without touching the source, which may be gone.
+// The script itself belongs to the source (child_), not to the run.
 struct Run {
   explicit Run(asio::io_context& io) : out(io), err(io), deadline(io) {}
-  int pid = 0;
-  bp::async_pipe out, err;
+  asio::posix::stream_descriptor out, err;
   asio::steady_timer deadline;
   std::array<char, 16384> obuf{}, ebuf{};
   std::string output, stderr_tail;
@@ -114,9 +83,7 @@ struct Run {
 
 class ScriptSource final : public HostSource {
  public:
-  ScriptSource(asio::io_context& io, ScriptOptions opt) : io_(io), opt_(std::move(opt)), sigchld_(io, SIGCHLD) {
-    wait_sigchld();
-  }
+  ScriptSource(asio::io_context& io, ScriptOptions opt) : io_(io), opt_(std::move(opt)) {}
   ~ScriptSource() override;
   void poll(Done done) override;
   void cancel() override {
@@ -129,8 +96,7 @@ class ScriptSource final : public HostSource {
   Result<void> launch(Run& run);
   void read(const std::shared_ptr<Run>& run, bool is_stdout);
   void on_bytes(Run& run, bool is_stdout, std::size_t n);
-  void wait_sigchld();
-  void reap();
+  void on_exit(int status);
   void maybe_complete();
   void finish(Result<std::vector<Host>> r);
   void abandon();
@@ -138,22 +104,14 @@ class ScriptSource final : public HostSource {
 
   asio::io_context& io_;
   ScriptOptions opt_;
-  asio::signal_set sigchld_;
   std::shared_ptr<Run> run_;
-  std::vector<int> zombies_;  // killed pids not reaped yet
-  std::shared_ptr<char> alive_ = std::make_shared<char>();
+  std::unique_ptr<ChildProcess> child_;  // the current run's script
+  std::vector<std::unique_ptr<ChildProcess>> zombies_;  // killed, not reaped yet
   std::shared_ptr<std::uint64_t> gen_ = std::make_shared<std::uint64_t>(0);  // of answers posted early
 };
 
-ScriptSource::~ScriptSource() {
-  cancel();
-  // SIGKILLed processes die promptly; wait a little for them so that no zombie is left,
-  // without ever blocking for long.
-  for (int i = 0; i < 100 && !zombies_.empty(); ++i) {
-    reap();
-    if (!zombies_.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  }
-}
+// Destroying the killed scripts' handles reaps them (waiting a little, never long).
+ScriptSource::~ScriptSource() { cancel(); }
 
 void ScriptSource::answer_later(Done done, Result<std::vector<Host>> r) {
   // cancel() must drop this answer too: it bumps the generation.
@@ -176,30 +134,32 @@ void ScriptSource::poll(Done done) {
     if (ec || run->finished) return;
     finish(fail(fmt::format("discovery script timed out after {:.1f} s", opt_.timeout.count() / 1000.0)));
   });
-  reap();  // it may have exited before the first SIGCHLD could be seen
 }
 
-// Starts the script. With an error_code argument Boost.Process reports a failed exec
-// through on_error (where the forked pid is known, so we can reap it) instead of throwing.
+// Starts the script: its own group (so that a timeout kills its children too), dying
+// with the driver, stdin from /dev/null, no descriptor of ours.
 Result<void> ScriptSource::launch(Run& run) {
-  std::error_code ec;
-  int failed_pid = 0;
-  try {
-    bp::child child(bp::exe = opt_.path, bp::std_in < bp::null, bp::std_out > run.out, bp::std_err > run.err,
-                    ScriptSetup{{}, &failed_pid}, ec);
-    if (!ec) {
-      run.pid = child.id();
-      child.detach();  // we reap it ourselves; a joinable bp::child would kill it on destruction
-      return {};
-    }
-  } catch (const std::exception& e) {
-    return fail(fmt::format("cannot run discovery script '{}': {}", opt_.path, e.what()));
-  }
-  if (failed_pid > 0) zombies_.push_back(failed_pid);
-  reap();
-  // The file exists (checked before), so ENOENT means its "#!" interpreter does not.
-  return fail(fmt::format("cannot run discovery script '{}': {}{}", opt_.path, ec.message(),
-                          ec.value() == ENOENT ? " (is its #! interpreter missing?)" : ""));
+  ChildSpec spec;
+  spec.program = opt_.path;
+  spec.in = ChildSpec::Stdio::null;
+  spec.out = spec.err = ChildSpec::Stdio::pipe;
+  // Leftovers of a finished script are killed: nothing may hold its pipes open.
+  spec.kill_group_on_exit = true;
+  int error = 0;
+  // A killed script of an earlier poll is reaped later: only the current one counts.
+  auto on_exit = [this](int pid, int status) {
+    if (child_ && child_->pid() == pid) this->on_exit(status);
+  };
+  auto child = ChildProcess::start(io_, spec, on_exit, &error);
+  if (!child)
+    // The file exists (checked before), so ENOENT means its "#!" interpreter does not.
+    return fail(fmt::format("cannot run discovery script '{}': {}{}", opt_.path,
+                            error ? std::strerror(error) : child.error(),
+                            error == ENOENT ? " (is its #! interpreter missing?)" : ""));
+  child_ = std::move(*child);
+  run.out.assign(child_->take_pipe(1).release());
+  run.err.assign(child_->take_pipe(2).release());
+  return {};
 }
 
 void ScriptSource::read(const std::shared_ptr<Run>& run, bool is_stdout) {
@@ -233,31 +193,8 @@ void ScriptSource::on_bytes(Run& run, bool is_stdout, std::size_t n) {
   run.output.append(run.obuf.data(), n);
 }
 
-void ScriptSource::wait_sigchld() {
-  // A SIGCHLD handler may already be queued (with success) when the source is
-  // destroyed, so `ec` alone cannot tell that `this` is gone.
-  sigchld_.async_wait([this, alive = std::weak_ptr<char>(alive_)](boost::system::error_code ec, int) {
-    if (ec || alive.expired()) return;
-    reap();
-    wait_sigchld();
-  });
-}
-
-// Only our own pids, never waitpid(-1): the rest of the process has children too.
-void ScriptSource::reap() {
-  std::erase_if(zombies_, [](int pid) {
-    int status = 0;
-    int r = ::waitpid(pid, &status, WNOHANG);
-    return r == pid || (r < 0 && errno == ECHILD);
-  });
-  if (!run_ || run_->exited) return;
-  siginfo_t info{};
-  // Peek first (WNOWAIT): while the leader is unreaped its pid cannot be reused, so
-  // killing the group by that pid cannot hit a stranger.
-  if (::waitid(P_PID, run_->pid, &info, WEXITED | WNOHANG | WNOWAIT) != 0 || info.si_pid != run_->pid) return;
-  ::kill(-run_->pid, SIGKILL);  // leftovers of a finished script: nothing should remain
-  int status = 0;
-  if (::waitpid(run_->pid, &status, WNOHANG) != run_->pid) return;
+void ScriptSource::on_exit(int status) {
+  if (!run_) return;
   run_->exited = true;
   run_->status = status;
   maybe_complete();
@@ -290,20 +227,21 @@ void ScriptSource::finish(Result<std::vector<Host>> r) {
 }
 
 // Stops the current poll without answering: kills the group if it still runs (keeping
-// the pid to reap later), closes the pipes, and forgets the run.
+// its handle, which reaps it, until it has), closes the pipes, and forgets the run.
 void ScriptSource::abandon() {
   auto run = std::move(run_);
   if (!run) return;
   run->finished = true;
-  if (!run->exited) {
-    ::kill(-run->pid, SIGKILL);
-    zombies_.push_back(run->pid);
+  std::erase_if(zombies_, [](const auto& z) { return z->reaped(); });
+  if (child_ && !child_->reaped()) {
+    child_->signal_group(SIGKILL);
+    zombies_.push_back(std::move(child_));
   }
+  child_.reset();
   boost::system::error_code ec;
   run->out.close(ec);
   run->err.close(ec);
   run->deadline.cancel();
-  reap();
 }
 
 }  // namespace

@@ -30,7 +30,8 @@ void Server::accept() {
       if (sessions_.size() >= limits_.max_connections) {
         ER_LOG(rendezvous, warn, "refusing a connection: {} already open", sessions_.size());
       } else {
-        auto s = std::make_shared<Session>(*this, std::move(sock));
+        auto s = std::make_shared<Session>(static_cast<SessionHost&>(*this), std::move(sock), secret_,
+                                           limits_.keep_alive);
         sessions_.insert(s);
         s->start(limits_.handshake_timeout);
       }

@@ -11,6 +11,7 @@
 #include "common/messages.h"
 #include "common/socket_options.h"
 #include "rendezvous/assignment.h"
+#include "rendezvous/session.h"
 
 #include <boost/asio.hpp>
 
@@ -32,9 +33,7 @@ struct ServerLimits {
   std::chrono::milliseconds keep_alive = net::kDefaultHostTimeout;
 };
 
-class Session;
-
-class Server {
+class Server : private SessionHost {
  public:
   struct Callbacks {
     // A joined worker's connection closed without a leave message.
@@ -67,7 +66,6 @@ class Server {
   void stop();
 
  private:
-  friend class Session;
   struct Waiter {
     std::weak_ptr<Session> session;
     std::uint64_t req;
@@ -86,13 +84,14 @@ class Server {
   };
 
   void accept();
-  void on_join(const std::shared_ptr<Session>& s, const msg::Join& j);
-  void on_rejoin(const std::shared_ptr<Session>& s, const msg::Rejoin& r);
+  // SessionHost: what sessions ask of the server.
+  void on_join(const std::shared_ptr<Session>& s, const msg::Join& j) override;
+  void on_rejoin(const std::shared_ptr<Session>& s, const msg::Rejoin& r) override;
+  void on_kv_set(const std::shared_ptr<Session>& s, msg::KvSet m) override;
+  void on_kv_get(const std::shared_ptr<Session>& s, const msg::KvGet& m) override;
+  void on_barrier(const std::shared_ptr<Session>& s, const msg::Barrier& m) override;
+  void on_closed(const std::shared_ptr<Session>& s, bool clean) override;
   void answer_rejoin(const std::shared_ptr<Session>& s, std::uint64_t req);
-  void on_kv_set(const std::shared_ptr<Session>& s, msg::KvSet m);
-  void on_kv_get(const std::shared_ptr<Session>& s, const msg::KvGet& m);
-  void on_barrier(const std::shared_ptr<Session>& s, const msg::Barrier& m);
-  void on_closed(const std::shared_ptr<Session>& s, bool left);
   // The session's epoch state, or null (and an error sent for `req`) if it ended.
   EpochState* epoch_of(const std::shared_ptr<Session>& s, std::uint64_t req);
   void end_epoch(std::uint64_t epoch);

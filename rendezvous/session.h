@@ -2,24 +2,42 @@
 #pragma once
 
 #include "common/auth.h"
+#include "common/framed_stream.h"
 #include "common/handshake.h"
-#include "common/frame.h"
 #include "common/messages.h"
 #include "rendezvous/assignment.h"
 
 #include <boost/asio.hpp>
 
-#include <deque>
+#include <chrono>
 #include <memory>
 #include <optional>
 
 namespace elasticrun::rendezvous {
 
-class Server;
+class Session;
 
-class Session : public std::enable_shared_from_this<Session> {
+// What a session asks of its server: requests of joined workers, and its end. The
+// server answers through the session.
+class SessionHost {
  public:
-  Session(Server& server, boost::asio::ip::tcp::socket socket);
+  virtual void on_join(const std::shared_ptr<Session>& s, const msg::Join& j) = 0;
+  virtual void on_rejoin(const std::shared_ptr<Session>& s, const msg::Rejoin& r) = 0;
+  virtual void on_kv_set(const std::shared_ptr<Session>& s, msg::KvSet m) = 0;
+  virtual void on_kv_get(const std::shared_ptr<Session>& s, const msg::KvGet& m) = 0;
+  virtual void on_barrier(const std::shared_ptr<Session>& s, const msg::Barrier& m) = 0;
+  // The connection closed; `clean`: the worker left, or had not joined.
+  virtual void on_closed(const std::shared_ptr<Session>& s, bool clean) = 0;
+
+ protected:
+  ~SessionHost() = default;
+};
+
+class Session : public std::enable_shared_from_this<Session>, private FramedStream::Handler {
+ public:
+  // `keep_alive`: the job's host timeout, for the connection's TCP keep-alive.
+  Session(SessionHost& host, boost::asio::ip::tcp::socket socket, const auth::Secret& secret,
+          std::chrono::milliseconds keep_alive);
   void start(std::chrono::milliseconds handshake_timeout);
   template <class M>
   void send(const M& m) {
@@ -39,21 +57,18 @@ class Session : public std::enable_shared_from_this<Session> {
 
  private:
   enum class Phase { auth, join, ready, closed };
-  void read();
-  void write_next();
+  void on_stream_frame(Frame f) override;
+  void on_stream_end(const StreamEnd& end) override;
   void handle(const Frame& f);
   void handle_auth(const Frame& f);
 
-  Server& server_;
-  boost::asio::ip::tcp::socket socket_;
+  SessionHost& host_;
+  // Before stream_: both are made from the socket before the stream takes it over.
   boost::asio::steady_timer handshake_timer_;
   std::string peer_;
+  FramedStream stream_;
   Phase phase_ = Phase::auth;
-  std::optional<handshake::Server> handshake_;
-  FrameParser parser_;
-  // Not zero-filled: thousands of sessions would each touch the whole buffer.
-  std::array<std::uint8_t, 4096> rbuf_;
-  std::deque<wire::Bytes> wqueue_;
+  handshake::Server handshake_;
   bool left_ = false;
   std::optional<WorkerPlace> place_;
   std::uint64_t epoch_ = 0;
