@@ -1,6 +1,6 @@
+// Host lists (-H), hostfiles and which names are this machine.
 #include "discovery/hosts.h"
 #include "discovery/local_host.h"
-#include "rendezvous/assignment.h"
 
 #include <gtest/gtest.h>
 
@@ -64,42 +64,6 @@ TEST(LocalHost, LoopbackNamesAreLocal) {
   EXPECT_TRUE(discovery::is_local_host("127.0.0.2"));
   EXPECT_TRUE(discovery::is_local_host("user@127.0.0.1"));
   EXPECT_FALSE(discovery::is_local_host("192.0.2.1"));  // TEST-NET-1, never assigned
-}
-
-TEST(Assignment, FillsHostsInOrderWithLocalAndCrossRanks) {
-  auto a = rendezvous::assign({{"a", 2}, {"b", 2}, {"c", 3}}, 5, 1);
-  ASSERT_EQ(a.size(), 5);
-  struct Want {
-    const char* host;
-    int slot, local_rank, local_size, cross_rank, cross_size;
-  } want[] = {{"a", 0, 0, 2, 0, 2}, {"a", 1, 1, 2, 0, 2}, {"b", 0, 0, 2, 1, 2},
-              {"b", 1, 1, 2, 1, 2}};
-  for (int r = 0; r < 4; ++r) {
-    const auto& w = a.workers[r];
-    EXPECT_EQ(w.rank, r);
-    EXPECT_EQ(w.host, want[r].host);
-    EXPECT_EQ(w.slot, want[r].slot);
-    EXPECT_EQ(w.local_rank, want[r].local_rank);
-    EXPECT_EQ(w.local_size, want[r].local_size);
-    EXPECT_EQ(w.cross_rank, want[r].cross_rank);
-  }
-  const auto& last = a.workers[4];
-  EXPECT_EQ(last.host, "c");
-  EXPECT_EQ(last.local_rank, 0);
-  EXPECT_EQ(last.local_size, 1);
-  EXPECT_EQ(last.cross_rank, 2);
-  EXPECT_EQ(last.cross_size, 3);   // a, b and c all have a local rank 0
-  EXPECT_EQ(a.workers[1].cross_size, 2);  // local rank 1 exists on a and b only
-}
-
-TEST(Assignment, CapsAtTotalSlotsAndFinds) {
-  auto a = rendezvous::assign({{"a", 2}, {"b", 1}}, 10, 4);
-  EXPECT_EQ(a.size(), 3);
-  EXPECT_EQ(a.epoch, 4u);
-  ASSERT_NE(a.find("b", 0), nullptr);
-  EXPECT_EQ(a.find("b", 0)->rank, 2);
-  EXPECT_EQ(a.find("b", 1), nullptr);
-  EXPECT_EQ(a.find("z", 0), nullptr);
 }
 
 }  // namespace
