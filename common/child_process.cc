@@ -1,6 +1,9 @@
 #include "common/child_process.h"
 
 #include <boost/asio/signal_set.hpp>
+#include <boost/process/child.hpp>
+#include <boost/process/error.hpp>
+#include <boost/process/extend.hpp>
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <linux/close_range.h>
@@ -14,12 +17,11 @@
 #include <map>
 #include <thread>
 
-extern char** environ;
-
 namespace elasticrun {
 namespace {
 
 namespace asio = boost::asio;
+namespace bp = boost::process;
 
 constexpr std::size_t kMaxMappedFds = 16;
 // How long a destroyed handle waits for the child it killed.
@@ -48,8 +50,8 @@ std::vector<char*> pointers(std::vector<std::string>& strings) {
   return p;
 }
 
-[[noreturn]] void fail_child(int report, int step) {
-  ChildError e{step, errno};
+[[noreturn]] void fail_child(int report, int step, int err) {
+  ChildError e{step, err};
   [[maybe_unused]] auto n = ::write(report, &e, sizeof e);
   ::_exit(127);
 }
@@ -80,20 +82,6 @@ bool map_descriptors(const std::vector<std::pair<int, int>>& fds, int high) {
   for (std::size_t i = 0; i < fds.size(); ++i)
     if (::dup2(tmp[i], fds[i].first) < 0) return false;
   return true;
-}
-
-[[noreturn]] void exec_child(const ChildSpec& spec, const Plan& p, pid_t parent, int report) {
-  if (spec.own_group) ::setpgid(0, 0);
-  ::prctl(PR_SET_PDEATHSIG, spec.death_signal);
-  if (::getppid() != parent) ::_exit(1);  // the parent died before prctl: nobody to die with
-  default_signals();
-  if (!map_descriptors(p.fds, p.high)) fail_child(report, kDescriptors);
-  if (!spec.cwd.empty() && ::chdir(spec.cwd.c_str()) != 0) fail_child(report, kChdir);
-  sigset_t none;
-  sigemptyset(&none);
-  ::sigprocmask(SIG_SETMASK, &none, nullptr);
-  ::execve(spec.program.c_str(), p.argv.data(), spec.env ? p.envp.data() : environ);
-  fail_child(report, kExec);
 }
 
 // Adds the stdio redirection of `which` (0, 1, 2) to the plan; a pipe's other end goes to `ours`.
@@ -153,6 +141,93 @@ std::string step_text(const ChildError& e) {
   return fmt::format("{}: {}", what, std::strerror(e.err));
 }
 
+// Boost.Process forks and execs; this handler does the rest, as its executor
+// (boost/process/detail/posix/executor.hpp in 1.74) calls it:
+//  - on_setup, in the parent before fork: the program, argv and environment, from the
+//    plan. Not bp::exe and bp::args, which make argv[0] the program's path, nor bp::env,
+//    whose key compare reads past shorter entries (AddressSanitizer: heap overflow).
+//  - on_exec_setup, in the child: everything else, async-signal-safe only (the executor
+//    does nothing of its own between fork and this). Then the executor calls execve.
+//  - on_exec_error, in the child when execve failed: reports it through our pipe and
+//    exits before the executor would write its own report.
+//  - on_fork_error, in the parent: keeps the errno.
+// The spawn runs with bp::ignore_error, so the executor makes no error pipe of its own:
+// its write end could be a number that a named descriptor is dup2'd onto (its report
+// would then go into that descriptor), and ours sits above every named number.
+// Stdio goes through the same dup2s as the named descriptors, one mapping for all.
+class Spawn : public bp::extend::handler {
+ public:
+  Spawn(const ChildSpec& spec, Plan& plan, int report) : spec_(spec), plan_(plan), report_(report) {}
+  int fork_errno() const { return fork_errno_; }
+
+  template <class Executor>
+  void on_setup(Executor& exec) const {
+    exec.exe = spec_.program.c_str();
+    exec.cmd_line = plan_.argv.data();
+    if (spec_.env) exec.env = plan_.envp.data();
+  }
+  template <class Executor>
+  void on_fork_error(Executor&, const std::error_code& ec) const {
+    fork_errno_ = ec.value();
+  }
+  template <class Executor>
+  void on_exec_setup(Executor&) const {
+    if (spec_.own_group) ::setpgid(0, 0);
+    ::prctl(PR_SET_PDEATHSIG, spec_.death_signal);
+    if (::getppid() != parent_) ::_exit(1);  // the parent died before prctl: nobody to die with
+    default_signals();
+    if (!map_descriptors(plan_.fds, plan_.high)) fail_child(report_, kDescriptors, errno);
+    if (!spec_.cwd.empty() && ::chdir(spec_.cwd.c_str()) != 0) fail_child(report_, kChdir, errno);
+    sigset_t none;
+    sigemptyset(&none);
+    ::sigprocmask(SIG_SETMASK, &none, nullptr);
+  }
+  template <class Executor>
+  void on_exec_error(Executor&, const std::error_code& ec) const {
+    fail_child(report_, kExec, ec.value());
+  }
+
+ private:
+  const ChildSpec& spec_;
+  Plan& plan_;
+  int report_;
+  pid_t parent_ = ::getpid();
+  mutable int fork_errno_ = 0;
+};
+
+// Forks and execs through Boost.Process; the child's pid, or -1 if fork failed.
+//
+// The bp::child is detached at once, so that reaping stays ours, by pid. In 1.74 an
+// attached bp::child's destructor asks running(), which is waitpid(pid, WNOHANG) (it
+// would take the status), then terminate()s it. Spawning itself neither waits nor
+// touches SIGCHLD: that is done only by bp::on_exit (an asio::signal_set on SIGCHLD,
+// sigchld_service.hpp), bp::child::wait_for (swaps the SIGCHLD handler,
+// wait_for_exit.hpp), bp::group::wait (waitpid(-pgid)), bp::posix::sig and bp::spawn
+// (SIGCHLD ignored), none used here. Without bp::posix::use_vfork it forks.
+int spawn(Spawn& setup) {
+  // No handler of ours may run in the child between fork and exec.
+  sigset_t all, old;
+  sigfillset(&all);
+  ::pthread_sigmask(SIG_SETMASK, &all, &old);
+  struct Restore {
+    sigset_t& old;
+    ~Restore() { ::pthread_sigmask(SIG_SETMASK, &old, nullptr); }
+  } restore{old};
+  bp::child child(setup, bp::ignore_error);
+  child.detach();
+  return child.id();
+}
+
+// What the child reported through `report` once it exec'd (end of file) or failed.
+std::optional<ChildError> read_report(int report) {
+  ChildError e;
+  ssize_t n;
+  while ((n = ::read(report, &e, sizeof e)) < 0 && errno == EINTR) {
+  }
+  if (n == static_cast<ssize_t>(sizeof e)) return e;
+  return std::nullopt;
+}
+
 }  // namespace
 
 // Reaps the child on SIGCHLD. Its handlers hold it, not the ChildProcess: a handler
@@ -185,28 +260,17 @@ Result<std::unique_ptr<ChildProcess>> ChildProcess::start(asio::io_context& io, 
   if (!report_w) return fail(fmt::format("fcntl failed: {}", std::strerror(errno)));
   // Watching SIGCHLD before fork, so that an exit at once is not missed.
   auto watch = std::make_shared<Watch>(io);
-  // No handler of ours may run in the child between fork and exec.
-  sigset_t all, old;
-  sigfillset(&all);
-  ::pthread_sigmask(SIG_SETMASK, &all, &old);
-  pid_t parent = ::getpid();
-  pid_t pid = ::fork();
-  if (pid == 0) exec_child(spec, *plan, parent, report_w.get());
-  int fork_errno = errno;
-  ::pthread_sigmask(SIG_SETMASK, &old, nullptr);
-  if (pid < 0) return fail(fmt::format("fork failed: {}", std::strerror(fork_errno)));
+  Spawn setup(spec, *plan, report_w.get());
+  int pid = spawn(setup);
+  if (pid < 0) return fail(fmt::format("fork failed: {}", std::strerror(setup.fork_errno())));
   report_w.reset();
   plan->child_ends.clear();
-  ChildError e;
-  ssize_t n;
-  while ((n = ::read(report_r.get(), &e, sizeof e)) < 0 && errno == EINTR) {
-  }
-  if (n == static_cast<ssize_t>(sizeof e)) {
+  if (auto e = read_report(report_r.get())) {
     int status = 0;
     while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
     }
-    if (error) *error = e.err;
-    return fail(step_text(e));
+    if (error) *error = e->err;
+    return fail(step_text(*e));
   }
   std::unique_ptr<ChildProcess> child(new ChildProcess(pid, spec));
   for (int i = 0; i < 3; ++i) child->pipes_[i] = std::move(ours[i]);
