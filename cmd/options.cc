@@ -142,9 +142,9 @@ std::string flag_or_env(const po::variables_map& vm, const char* flag, const cha
 Result<void> parse_ssh(const po::variables_map& vm, SshOptions& s) {
   if (vm.count("ssh-port") && ((s.port = vm["ssh-port"].as<int>()) < 1 || s.port > 65535))
     return fail(fmt::format("--ssh-port {} out of range 1..65535", s.port));
-  s.identity_file = flag_or_env(vm, "ssh-identity-file", "ELASTICRUN_SSH_KEY");
-  s.known_hosts = flag_or_env(vm, "ssh-known-hosts", "ELASTICRUN_SSH_KNOWN_HOSTS");
-  s.config_file = flag_or_env(vm, "ssh-config", "ELASTICRUN_SSH_CONFIG");
+  s.identity_file = flag_or_env(vm, "ssh-identity-file", env::kSshKey);
+  s.known_hosts = flag_or_env(vm, "ssh-known-hosts", env::kSshKnownHosts);
+  s.config_file = flag_or_env(vm, "ssh-config", env::kSshConfig);
   std::string check = vm["ssh-host-key-checking"].as<std::string>();
   if (check == "yes") s.host_key_check = HostKeyCheck::yes;
   else if (check == "accept-new") s.host_key_check = HostKeyCheck::accept_new;
@@ -183,7 +183,7 @@ Result<void> parse_daemon(const po::variables_map& vm, Options& o) {
       return fail(fmt::format("--daemon-port '{}' out of range 1..65535", port));
     o.daemon_port = v;
   }
-  o.daemon_secret_file = flag_or_env(vm, "daemon-secret-file", "ELASTICRUN_DAEMON_SECRET_FILE");
+  o.daemon_secret_file = flag_or_env(vm, "daemon-secret-file", env::kDaemonSecretFile);
   if (o.daemon_secret_file.empty()) o.daemon_secret_file = "/etc/elasticrun/secret";
   return {};
 }

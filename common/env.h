@@ -38,6 +38,12 @@ inline constexpr const char* kNcclShrink = "ELASTICRUN_NCCL_SHRINK";
 inline constexpr const char* kLogLevel = "ELASTICRUN_LOG_LEVEL";
 // Read by elasticrun: the port of the elasticrund --listen on every host (--daemon-port).
 inline constexpr const char* kDaemonPort = "ELASTICRUN_DAEMON_PORT";
+// Read by elasticrun when its flag is not given: --daemon-secret-file, --ssh-identity-file,
+// --ssh-known-hosts, --ssh-config.
+inline constexpr const char* kDaemonSecretFile = "ELASTICRUN_DAEMON_SECRET_FILE";
+inline constexpr const char* kSshKey = "ELASTICRUN_SSH_KEY";
+inline constexpr const char* kSshKnownHosts = "ELASTICRUN_SSH_KNOWN_HOSTS";
+inline constexpr const char* kSshConfig = "ELASTICRUN_SSH_CONFIG";
 
 // What elasticrun passes from its own environment to every worker on every host
 // (local workers inherit the rest too; remote ones get only this and -x): the
