@@ -185,7 +185,7 @@ void Job::on_daemon_closed(const std::string& host, bool clean, const std::strin
 
 // The controller decided the job is over: tell every worker, stop every daemon.
 void Job::stop_everything(const std::string& message) {
-  for (auto* t : {&controller_timer_, &heartbeat_timer_}) t->cancel();
+  heartbeat_timer_.cancel();  // the controller's timer stays: SIGKILLs after the grace still fall due
   if (watcher_) watcher_->stop();
   if (server_) server_->notify_all(msg::NotifyKind::shutdown, message.empty() ? "job finished" : message);
   for (auto& [h, d] : daemons_) d->shutdown(std::chrono::milliseconds(2000));
