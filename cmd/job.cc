@@ -103,9 +103,7 @@ void Job::start_hosts() {
     events_.emit("discovery_error", {{"message", why}});  // the watcher logs it, rate-limited
   };
   cb.on_fatal = [this](const std::string& why) {
-    feed([why](EpochController& c, TimePoint) {
-      c.finish(exit_code::kLaunchFailed, "host discovery failed on its first run: " + why);
-    });
+    end_job(exit_code::kLaunchFailed, "host discovery failed on its first run: " + why);
   };
   watcher_ = std::make_unique<discovery::HostWatcher>(io_, discovery::make_script_source(io_, so),
                                                       opts_.discovery_interval, std::move(cb));
@@ -121,7 +119,7 @@ DaemonEvents Job::daemon_events() {
     auto rank = controller_.rank_at(host, o.slot);
     if (!rank || (o.stream != 1 && o.stream != 2)) return;
     if (auto ok = output_.write(*rank, o.stream, o.data); !ok)
-      feed([why = ok.error()](EpochController& c, TimePoint) { c.finish(exit_code::kLaunchFailed, why); });
+      end_job(exit_code::kLaunchFailed, ok.error());
   };
   ev.on_exited = [this](const std::string& host, const msg::Exited& e) {
     feed([host, e](EpochController& c, TimePoint now) { c.worker_exited(host, e, now); });
@@ -157,9 +155,7 @@ DaemonLink* Job::ensure_daemon(const std::string& host) {
   } else if (local) {
     auto started = launch_local_daemon(io_, host, daemon_path_, opts_.log_level, daemon_events());
     if (!started) {
-      feed([why = fmt::format("starting daemon on '{}': {}", host, started.error())](EpochController& c, TimePoint) {
-        c.finish(exit_code::kLaunchFailed, why);
-      });
+      end_job(exit_code::kLaunchFailed, fmt::format("starting daemon on '{}': {}", host, started.error()));
       return nullptr;
     }
     link = std::move(*started);
@@ -255,12 +251,10 @@ void Job::maybe_done() {
 int Job::run() {
   signals_.async_wait([this](boost::system::error_code ec, int sig) {
     if (ec) return;
-    feed([sig](EpochController& c, TimePoint) {
-      c.finish(128 + sig, fmt::format("interrupted by SIG{}; stopping all workers", sigabbrev_np(sig)));
-    });
+    end_job(128 + sig, fmt::format("interrupted by SIG{}; stopping all workers", sigabbrev_np(sig)));
   });
   if (auto ok = start(); !ok) {
-    feed([why = ok.error()](EpochController& c, TimePoint) { c.finish(exit_code::kLaunchFailed, why); });
+    end_job(exit_code::kLaunchFailed, ok.error());
   } else {
     last_tick_ = last_beat_ = std::chrono::steady_clock::now();
     heartbeat();

@@ -56,6 +56,7 @@ class Job {
   // An event for the controller, given the time it is delivered at.
   using Event = std::function<void(EpochController&, TimePoint now)>;
   void feed(Event event);
+  void end_job(int code, std::string message);
   void carry_out(const Command& c);
   void spawn(const command::Spawn& s);
   void signal_worker(const Place& p, int sig);

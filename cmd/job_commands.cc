@@ -26,6 +26,11 @@ void Job::feed(Event event) {
   arm_controller_timer();
 }
 
+// Something outside the controller ends the job (a signal, a launch or output failure).
+void Job::end_job(int code, std::string message) {
+  feed([code, message = std::move(message)](EpochController& c, TimePoint) { c.finish(code, message); });
+}
+
 void Job::arm_controller_timer() {
   auto now = std::chrono::steady_clock::now();
   auto due = controller_.next_deadline(now);
