@@ -149,6 +149,8 @@ void EpochController::worker_joined(const rendezvous::WorkerPlace& p, std::uint6
     Worker* x = worker(Place{r.host, r.slot});
     if (!x || x->joined_epoch != epoch) return;
   }
+  // Every member joined: the epoch's sync gives each of them rank 0's state.
+  for (const auto& r : assignment_.workers) worker(Place{r.host, r.slot})->synced = true;
   emit("epoch_joined", {{"epoch", epoch}, {"size", assignment_.size()}});
 }
 
@@ -186,7 +188,10 @@ void EpochController::worker_exited(const std::string& host, const msg::Exited& 
   }
   if (e.code != 0 || e.signal != 0) return worker_failed(p, {Failure::Kind::exited, describe_exit(e)}, now);
   w.exited_ok = true;
-  if (all_finished()) end(exit_code::kOk, "");
+  finishing_ = true;
+  if (all_finished()) return end(exit_code::kOk, "");
+  // It may have finished the last step while the others were interrupted in it.
+  reconcile(now);
 }
 
 void EpochController::spawn_failed(const std::string& host, std::uint32_t slot, const std::string& why) {

@@ -152,6 +152,7 @@ class EpochController {
     bool spawn_pending = false;  // waits for the place's previous worker to exit
     bool exited = false;         // its exit was reported
     bool exited_ok = false;      // finished with status 0
+    bool synced = false;         // was a member of an epoch that formed: holds the job's state
     std::optional<TimePoint> kill_at;  // retired with SIGTERM: SIGKILL then
   };
   // Why a worker (or a whole host) is failed. The kind decides what happens; the text
@@ -176,6 +177,8 @@ class EpochController {
   // controller_epochs.cc
   void worker_failed(const Place& p, const Failure& why, TimePoint now);
   void reconcile(TimePoint now);
+  bool cannot_complete() const;
+  void finish_with_survivors(TimePoint now);
   void begin_epoch(rendezvous::Plan plan, msg::NotifyKind kind, const std::string& reason, TimePoint now);
   void remove_worker(const Place& p, TimePoint now);
   std::vector<Place> not_joined() const;
@@ -203,6 +206,8 @@ class EpochController {
   std::string abandoned_by_;
   std::uint64_t abandoned_epoch_ = 0;
   bool epoch_broken_ = false;  // a failure happened since the current epoch started
+  // A worker finished its training (exit 0): the job is ending, and starts no worker.
+  bool finishing_ = false;
   std::string broken_reason_;
   int resets_ = 0;
   int exit_code_ = -1;

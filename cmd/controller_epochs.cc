@@ -102,10 +102,9 @@ void EpochController::remove_worker(const Place& p, TimePoint now) { retire(p, S
 
 void EpochController::reconcile(TimePoint now) {
   if (finished()) return;
-  // Once a worker of this epoch finished its training (exit 0), the job is ending: the
-  // rest follow, and no membership change may start new workers that have no peers.
-  for (const auto& [p, w] : workers_)
-    if (w.exited_ok) return;
+  // Once a worker finished its training (exit 0), the job is ending: the rest follow,
+  // and no membership change may start new workers that would have no peers.
+  if (finishing_) return cfg_.elastic && cannot_complete() ? finish_with_survivors(now) : void();
   auto live = alive();
   if (assignment_.epoch > 0 && !epoch_broken_ && !membership_.changed(assignment_, live, now)) return;
   auto plan = membership_.plan(assignment_, live, now);
@@ -130,6 +129,49 @@ void EpochController::reconcile(TimePoint now) {
       return end(exit_code::kWorkerFailed, fmt::format("reset limit {} reached ({})", cfg_.reset_limit, reason));
   }
   begin_epoch(std::move(*plan), hard ? msg::NotifyKind::abort : msg::NotifyKind::hosts_updated, reason, now);
+}
+
+// Whether the current epoch, in a job that is ending, can no longer run its steps: a
+// member failed, or finished (exit 0) without joining it. The latter happens when a
+// new epoch starts during the last step: a worker whose part of the last collective
+// completed commits it and exits, while a peer interrupted by the new epoch restores
+// the commit before and waits for an epoch that the finished one will never join.
+bool EpochController::cannot_complete() const {
+  if (epoch_broken_) return true;
+  for (const auto& r : assignment_.workers) {
+    auto it = workers_.find({r.host, r.slot});
+    if (it == workers_.end() || !it->second.exited_ok) continue;
+    // One that never joined any epoch does not use the library: nothing to say.
+    if (it->second.joined_epoch > 0 && it->second.joined_epoch < assignment_.epoch) return true;
+  }
+  return false;
+}
+
+// The survivors holding the job's state run the remaining steps among themselves, in
+// their old rank order (so rank 0 holds committed state), without new workers: the
+// job is ending. Members that never held state are stopped.
+void EpochController::finish_with_survivors(TimePoint now) {
+  std::vector<Place> keep, stop;
+  for (const auto& r : assignment_.workers) {
+    auto it = workers_.find({r.host, r.slot});
+    if (it == workers_.end() || it->second.exited_ok) continue;
+    (it->second.synced ? keep : stop).push_back({r.host, r.slot});
+  }
+  std::string reason = epoch_broken_ ? broken_reason_
+                                     : fmt::format("a worker finished before epoch {} formed", assignment_.epoch);
+  if (keep.empty())
+    return end(exit_code::kWorkerFailed,
+               fmt::format("no surviving worker holds committed state to finish the job ({})", reason));
+  ++resets_;
+  emit("reset", {{"count", resets_}, {"reason", reason}});
+  if (cfg_.reset_limit > 0 && resets_ > cfg_.reset_limit)
+    return end(exit_code::kWorkerFailed, fmt::format("reset limit {} reached ({})", cfg_.reset_limit, reason));
+  say(fmt::format("{}; the {} remaining worker{} finish the job", reason, keep.size(), keep.size() == 1 ? "" : "s"));
+  rendezvous::Plan plan;
+  plan.assignment = rendezvous::assign_places(keep, assignment_.epoch + 1);
+  plan.keep = keep;
+  plan.remove = stop;
+  begin_epoch(std::move(plan), msg::NotifyKind::abort, reason, now);
 }
 
 void EpochController::begin_epoch(rendezvous::Plan plan, msg::NotifyKind kind, const std::string& reason,

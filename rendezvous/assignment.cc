@@ -27,12 +27,29 @@ Assignment assign(const std::vector<HostSlots>& hosts, int np, std::uint64_t epo
     for (int s = 0; s < take; ++s)
       a.workers.push_back(WorkerPlace{h.name, s, a.size(), s, take, 0, 0});
   }
+  a.index();
+  return a;
+}
+
+Assignment assign_places(const std::vector<std::pair<std::string, int>>& places, std::uint64_t epoch) {
+  Assignment a;
+  a.epoch = epoch;
+  std::map<std::string, int> on_host;
+  for (const auto& [host, slot] : places) {
+    WorkerPlace w{host, slot, a.size(), on_host[host]++, 0, 0, 0};
+    a.workers.push_back(w);
+  }
+  for (auto& w : a.workers) w.local_size = on_host[w.host];
+  a.index();
+  return a;
+}
+
+void Assignment::index() {
   // cross_rank: earlier hosts with that local rank; cross_size: hosts with it at all.
   std::map<int, int> seen;
-  for (auto& w : a.workers) w.cross_rank = seen[w.local_rank]++;
-  for (auto& w : a.workers) w.cross_size = seen[w.local_rank];
-  for (const auto& w : a.workers) a.index_[{w.host, w.slot}] = w.rank;
-  return a;
+  for (auto& w : workers) w.cross_rank = seen[w.local_rank]++;
+  for (auto& w : workers) w.cross_size = seen[w.local_rank];
+  for (const auto& w : workers) index_[{w.host, w.slot}] = w.rank;
 }
 
 }  // namespace elasticrun::rendezvous

@@ -37,11 +37,16 @@ struct Assignment {
 
  private:
   friend Assignment assign(const std::vector<HostSlots>&, int, std::uint64_t);
+  friend Assignment assign_places(const std::vector<std::pair<std::string, int>>&, std::uint64_t);
+  void index();  // cross ranks and the place index, from the ranks and local ranks
   std::map<std::pair<std::string, int>, int> index_;  // (host, slot) -> rank
 };
 
 // Fills min(np, total slots) ranks. np <= 0 means every slot.
 Assignment assign(const std::vector<HostSlots>& hosts, int np, std::uint64_t epoch);
+// Ranks for these places in this order (the survivors of an epoch that cannot complete,
+// in their old rank order); a host's local ranks count its places in that order.
+Assignment assign_places(const std::vector<std::pair<std::string, int>>& places, std::uint64_t epoch);
 int total_slots(const std::vector<HostSlots>& hosts);
 
 }  // namespace elasticrun::rendezvous

@@ -44,3 +44,26 @@ TEST(Assignment, CapsAtTotalSlotsAndFinds) {
 
 }  // namespace
 }  // namespace elasticrun
+
+namespace elasticrun {
+// The survivors of an epoch keep their order and places; local ranks count each
+// host's places in that order (not the slot numbers).
+TEST(Assignment, GivenPlacesKeepTheirOrderAndGetLocalRanksPerHost) {
+  auto a = rendezvous::assign_places({{"b", 1}, {"b", 3}, {"a", 0}}, 7);
+  EXPECT_EQ(a.epoch, 7u);
+  ASSERT_EQ(a.size(), 3);
+  EXPECT_EQ(a.workers[0].host, "b");
+  EXPECT_EQ(a.workers[0].slot, 1);
+  EXPECT_EQ(a.workers[0].local_rank, 0);
+  EXPECT_EQ(a.workers[1].slot, 3);
+  EXPECT_EQ(a.workers[1].local_rank, 1);
+  EXPECT_EQ(a.workers[1].local_size, 2);
+  EXPECT_EQ(a.workers[2].local_rank, 0);
+  EXPECT_EQ(a.workers[2].local_size, 1);
+  EXPECT_EQ(a.workers[2].cross_rank, 1);  // the second host with local rank 0
+  EXPECT_EQ(a.workers[0].cross_size, 2);
+  ASSERT_NE(a.find("b", 3), nullptr);
+  EXPECT_EQ(a.find("b", 3)->rank, 1);
+  EXPECT_EQ(a.find("b", 0), nullptr);
+}
+}  // namespace elasticrun
