@@ -43,6 +43,7 @@ TEST(Space, ParsesEveryDomainInFileOrder) {
 TEST(Space, EveryBadFileNamesTheFieldAndTheProblem) {
   const std::vector<std::pair<std::string, std::string>> cases = {
       {R"({"lr": {"loguniform": [-1, 1]}})", R"("lr": loguniform needs 0 < lower < upper, got lower=-1)"},
+      {R"({"lr": {"loguniform": [0, 1]}})", R"("lr": loguniform needs 0 < lower < upper, got lower=0)"},
       {R"({"lr": {"loguniform": [0.1, 0.01]}})", R"("lr": loguniform needs lower < upper, got lower=0.1, upper=0.01)"},
       {R"({"m": {"uniform": [2, 1]}})", R"("m": uniform needs lower < upper, got lower=2, upper=1)"},
       {R"({"m": {"uniform": [1]}})", R"("m": uniform needs [lower, upper] (numbers), got [1])"},
