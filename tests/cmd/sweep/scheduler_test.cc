@@ -111,6 +111,18 @@ void run_hand_computed_case(Mode mode) {
 TEST(Asha, HandComputedCutoffsMax) { run_hand_computed_case(Mode::max); }
 TEST(Asha, HandComputedCutoffsMin) { run_hand_computed_case(Mode::min); }
 
+// The trial's own value is not part of its cut-off (Ray computes it before recording): with
+// rf = 2 and [1, 3] recorded the cut-off is 2 and 1.9 stops; had 1.9 been counted, the median of
+// [1, 1.9, 3] would be 1.9 itself, and a tie continues.
+TEST(Asha, OwnValueIsNotPartOfTheCutoff) {
+  auto s = asha(Mode::max, 1, 2, 10);
+  add(*s, {"a", "b", "c"});
+  EXPECT_EQ(s->on_result("a", 1, 1.0).action, kGo);
+  EXPECT_EQ(s->on_result("b", 1, 3.0).action, kGo);
+  EXPECT_EQ(s->on_result("c", 1, 1.9).action, kStop);
+  EXPECT_NEAR(*static_cast<Asha&>(*s).cutoff(0), 1.9, 1e-12);
+}
+
 TEST(Asha, AJumpRecordsOnlyAtTheHighestRungReached) {
   auto s = asha(Mode::min, 1, 2, 100);  // rungs 1 2 4 8 16 32 64
   auto& a = static_cast<Asha&>(*s);
