@@ -3,7 +3,15 @@
 
 #include <gtest/gtest.h>
 
+#include <ostream>
+
 namespace elasticrun::sweep {
+
+// Readable failures: gtest prints these instead of their bytes (found by ADL, so outside the
+// anonymous namespace).
+void PrintTo(const Slice& s, std::ostream* os) { *os << s.host << ":" << s.slots; }
+void PrintTo(const Shrunk& s, std::ostream* os) { *os << s.trial << " size " << s.size << (s.below_min ? " below min" : ""); }
+
 namespace {
 
 TrialNeed need(const std::string& id, int min_np, int max_np) { return {id, min_np, max_np}; }
