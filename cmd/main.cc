@@ -2,16 +2,19 @@
 #include "cmd/exit_codes.h"
 #include "cmd/job.h"
 #include "cmd/options.h"
+#include "cmd/sweep/sweep.h"
 #include "common/log.h"
 
 #include <csignal>
 #include <cstdio>
 #include <fmt/format.h>
+#include <string_view>
 
 int main(int argc, char** argv) {
   std::signal(SIGPIPE, SIG_IGN);
   using namespace elasticrun;
   log::set_program("elasticrun");
+  if (argc > 1 && std::string_view(argv[1]) == "sweep") return sweep::sweep_main(argc - 1, argv + 1);
   auto parsed = cmd::parse_options(argc, argv);
   if (!parsed) {
     fmt::print(stderr, "elasticrun: {}\nTry 'elasticrun --help' for more information.\n", parsed.error());
