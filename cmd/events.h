@@ -1,6 +1,6 @@
 // --events FILE: one JSON object per line for everything a script or test may want to
 // follow: hosts added/removed/blacklisted, epochs (with the assignment), workers
-// started/exited, resets, the job's end. Every line has "t" (seconds since the job
+// started/exited, resets, rank 0's reports, the job's end. Every line has "t" (seconds since the job
 // started) and "event".
 #pragma once
 

@@ -60,6 +60,13 @@ Result<void> Job::start() {
     if (!dpath) return Failure{dpath.error()};
     daemon_path_ = *dpath;
   }
+  if (opts_.report_fd >= 0) {
+    try {
+      reports_ = std::make_unique<ReportChannel>(io_, opts_.report_fd);
+    } catch (const std::exception& e) {
+      return fail(fmt::format("--report-fd {}: {}", opts_.report_fd, e.what()));
+    }
+  }
   char cwd[PATH_MAX] = {};
   if (!::getcwd(cwd, sizeof cwd)) return fail("cannot read the working directory");
   cwd_ = cwd;
@@ -74,6 +81,10 @@ Result<void> Job::start() {
   };
   cb.on_worker_lost = [this](const rendezvous::WorkerPlace& p, std::uint64_t) {
     feed([p](EpochController& c, TimePoint now) { c.worker_lost(p, now); });
+  };
+  cb.on_report = [this](const rendezvous::WorkerPlace& p, std::uint64_t e, std::int64_t step,
+                        const nlohmann::json& metrics, rendezvous::ReportAnswer answer) {
+    on_report(p, e, step, metrics, std::move(answer));
   };
   try {
     server_ = std::make_unique<rendezvous::Server>(
@@ -177,6 +188,17 @@ void Job::on_daemon_closed(const std::string& host, bool clean, const std::strin
                                                                  : DaemonEnd::not_started;
   feed([host, how, why](EpochController& c, TimePoint now) { c.daemon_closed(host, how, why, now); });
   maybe_done();
+}
+
+// Rank 0's report: into the events log, then to --report-fd for the decision. The
+// controller has no part in it: a report changes nothing in the job's membership.
+void Job::on_report(const rendezvous::WorkerPlace& p, std::uint64_t epoch, std::int64_t step,
+                    const nlohmann::json& metrics, rendezvous::ReportAnswer answer) {
+  int size = server_->assignment().size();
+  events_.emit("report", {{"step", step}, {"metrics", metrics}, {"epoch", epoch}, {"size", size}});
+  ER_LOG(driver, debug, "report of step {} from rank 0 on '{}' (epoch {})", step, p.host, epoch);
+  if (!reports_) return answer(msg::Decision::keep_going);
+  reports_->ask(step, report_line(step, metrics, epoch, size), std::move(answer));
 }
 
 // The controller decided the job is over: tell every worker, stop every daemon.

@@ -17,6 +17,7 @@
 #include "cmd/events.h"
 #include "cmd/options.h"
 #include "cmd/output.h"
+#include "cmd/report_channel.h"
 #include "common/auth.h"
 #include "discovery/host_source.h"
 #include "rendezvous/server.h"
@@ -47,6 +48,8 @@ class Job {
   DaemonEvents daemon_events();
   DaemonLink* ensure_daemon(const std::string& host);
   void on_daemon_closed(const std::string& host, bool clean, const std::string& why);
+  void on_report(const rendezvous::WorkerPlace& p, std::uint64_t epoch, std::int64_t step,
+                 const nlohmann::json& metrics, rendezvous::ReportAnswer answer);
   void stop_everything(const std::string& message);
   void maybe_done();
   void heartbeat();
@@ -73,6 +76,7 @@ class Job {
   std::map<std::string, std::unique_ptr<DaemonLink>> daemons_;
   OutputRouter output_;
   EventLog events_;
+  std::unique_ptr<ReportChannel> reports_;  // with --report-fd
   boost::asio::signal_set signals_;
   // controller_timer_ wakes the controller at its next deadline; stop_timer_ cuts off
   // daemons that do not stop; heartbeat_timer_ beats and watches the daemons.

@@ -6,6 +6,8 @@
 
 #include <boost/program_options.hpp>
 #include <fmt/format.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <charconv>
@@ -44,6 +46,7 @@ po::options_description describe() {
       ("daemon-port", po::value<int>(), "use the elasticrund --listen already running on every host at this TCP port (default: $ELASTICRUN_DAEMON_PORT; else start daemons locally or over SSH)")
       ("daemon-secret-file", po::value<std::string>(), "cluster secret shared with those daemons (default: $ELASTICRUN_DAEMON_SECRET_FILE, else /etc/elasticrun/secret)")
       ("events", po::value<std::string>(), "append JSON lines describing the job's events to FILE")
+      ("report-fd", po::value<std::string>(), "write each report of rank 0 as a JSON line to the connected socket N and read the decision (continue or stop) back from it (default: log reports, always continue)")
       ("min-np", po::value<int>(), "elastic: fewest workers to keep training with (default: -np)")
       ("max-np", po::value<int>(), "elastic: most workers to run (default: every slot offered)")
       ("host-discovery-script", po::value<std::string>(), "elastic: executable printing the available hosts, one 'host[:slots]' per line")
@@ -188,6 +191,26 @@ Result<void> parse_daemon(const po::variables_map& vm, Options& o) {
   return {};
 }
 
+// An inherited descriptor, checked now so that a wrong one is a usage error with its
+// reason rather than a job whose reports go nowhere.
+Result<void> parse_report_fd(const po::variables_map& vm, Options& o) {
+  if (!vm.count("report-fd")) return {};
+  std::string v = vm["report-fd"].as<std::string>();
+  int fd = -1;
+  auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), fd);
+  if (ec != std::errc() || end != v.data() + v.size() || fd < 0)
+    return fail(fmt::format("--report-fd '{}': expected a file descriptor number", v));
+  if (fd <= 2) return fail(fmt::format("--report-fd {}: standard input, output and error cannot carry reports", fd));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) return fail(fmt::format("--report-fd {}: not an open file descriptor", fd));
+  int type = 0;
+  socklen_t len = sizeof type;
+  if (!S_ISSOCK(st.st_mode) || ::getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) != 0 || type != SOCK_STREAM)
+    return fail(fmt::format("--report-fd {}: not a stream socket (give one end of a connected socket pair)", fd));
+  o.report_fd = fd;
+  return {};
+}
+
 }  // namespace
 
 std::string usage() {
@@ -269,6 +292,7 @@ Result<ParseOutcome> parse_options(int argc, const char* const* argv) {
   o.host_timeout = std::chrono::milliseconds(static_cast<long long>(ht * 1000));
   o.ssh.keep_alive = o.host_timeout;
   if (vm.count("events")) o.events_file = vm["events"].as<std::string>();
+  if (auto ok = parse_report_fd(vm, o); !ok) return Failure{ok.error()};
   if (vm.count("output-filename")) o.output_dir = vm["output-filename"].as<std::string>();
   if (vm.count("daemon-path")) o.daemon_path = vm["daemon-path"].as<std::string>();
   if (vm.count("verbose")) o.log_level = "info";

@@ -39,6 +39,9 @@ struct Options {
   int reset_limit = 0;  // 0: unlimited
   std::optional<std::pair<std::chrono::milliseconds, std::chrono::milliseconds>> blacklist_cooldown;
   std::string events_file;
+  // --report-fd: a connected stream socket on which each report is asked about
+  // (cmd/report_channel.h); -1: none, every report is answered "continue".
+  int report_fd = -1;
 
   SshOptions ssh;  // for hosts that are not this machine
 

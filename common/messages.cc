@@ -14,6 +14,15 @@ Notify Notify::decode(wire::Decoder& d) {
   return n;
 }
 
+ReportReply ReportReply::decode(wire::Decoder& d) {
+  ReportReply r;
+  r.req = d.u64();
+  std::uint8_t v = d.u8();
+  if (v > 1) throw wire::DecodeError(fmt::format("unknown report decision {}", v));
+  r.decision = static_cast<Decision>(v);
+  return r;
+}
+
 const char* type_name(std::uint8_t type) {
   switch (type) {
     case kHello: return "hello";
@@ -30,6 +39,8 @@ const char* type_name(std::uint8_t type) {
     case kNotify: return "notify";
     case kLeave: return "leave";
     case kRejoin: return "rejoin";
+    case kReport: return "report";
+    case kReportReply: return "report-reply";
     case kConfig: return "config";
     case kSpawn: return "spawn";
     case kKill: return "kill";

@@ -16,7 +16,7 @@ enum Type : std::uint8_t {
   // handshake, both connections
   kHello = 1, kAuth, kAuthOk, kError,
   // worker <-> rendezvous server
-  kJoin = 10, kJoinOk, kKvSet, kKvGet, kKvValue, kBarrier, kOk, kNotify, kLeave, kRejoin,
+  kJoin = 10, kJoinOk, kKvSet, kKvGet, kKvValue, kBarrier, kOk, kNotify, kLeave, kRejoin, kReport, kReportReply,
   // driver <-> daemon
   kConfig = 30, kSpawn, kKill, kShutdown, kReady, kStarted, kOutput, kExited, kSpawnFailed, kHeartbeat,
 };
@@ -133,6 +133,33 @@ struct Leave {
   static constexpr Type kType = kLeave;
   void encode(wire::Encoder&) const {}
   static Leave decode(wire::Decoder&) { return {}; }
+};
+
+// Rank 0's progress report (elasticrun::report): the step and its metrics as a JSON
+// object of numbers, as text (the server checks it: rendezvous/metrics.h). Answered by a
+// ReportReply with the driver's decision, or an Error.
+struct Report {
+  static constexpr Type kType = kReport;
+  std::uint64_t req = 0;
+  std::int64_t step = 0;
+  std::string metrics;
+  void encode(wire::Encoder& e) const { e.u64(req).u64(static_cast<std::uint64_t>(step)).str(metrics); }
+  static Report decode(wire::Decoder& d) {
+    Report r;
+    r.req = d.u64();
+    r.step = static_cast<std::int64_t>(d.u64());
+    r.metrics = d.str();
+    return r;
+  }
+};
+// What the driver decided about a report: every rank of the job learns it at that step.
+enum class Decision : std::uint8_t { keep_going = 0, stop = 1 };
+struct ReportReply {
+  static constexpr Type kType = kReportReply;
+  std::uint64_t req = 0;
+  Decision decision = Decision::keep_going;
+  void encode(wire::Encoder& e) const { e.u64(req).u8(static_cast<std::uint8_t>(decision)); }
+  static ReportReply decode(wire::Decoder& d);
 };
 
 // ---- driver <-> daemon ----

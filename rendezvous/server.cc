@@ -1,6 +1,7 @@
 #include "rendezvous/server.h"
 
 #include "common/log.h"
+#include "rendezvous/metrics.h"
 #include "rendezvous/session.h"
 
 #include <fmt/format.h>
@@ -231,6 +232,31 @@ void Server::on_barrier(const std::shared_ptr<Session>& s, const msg::Barrier& m
   for (auto& w : b.waiters)
     if (auto ws = w.session.lock()) ws->send(msg::Ok{w.req});
   st->barriers.erase(m.name);
+}
+
+// Only rank 0 of the current epoch reports: one voice per job, and a report of an
+// epoch that is over (a worker behind a reset) would describe a state that is gone.
+// A refusal is an Error for that request; the connection stays (it is a worker of ours).
+void Server::on_report(const std::shared_ptr<Session>& s, msg::Report m) {
+  const WorkerPlace& p = *s->place();
+  auto refuse = [&](const std::string& why) {
+    ER_LOG(rendezvous, warn, "rejected a report of step {} from rank {} on '{}' (epoch {}): {}", m.step, p.rank,
+           p.host, s->epoch(), why);
+    s->send(msg::Error{m.req, "report refused: " + why});
+  };
+  if (s->epoch() != assignment_.epoch || !epochs_.count(s->epoch()))
+    return refuse(fmt::format("epoch {} is not the current one ({})", s->epoch(), assignment_.epoch));
+  if (p.rank != 0) return refuse(fmt::format("only rank 0 reports, this is rank {}", p.rank));
+  auto metrics = parse_metrics(m.metrics, limits_.max_report);
+  if (!metrics) return refuse(metrics.error());
+  ER_LOG(rendezvous, debug, "report of step {} from rank 0 in epoch {}", m.step, s->epoch());
+  auto answered = std::make_shared<bool>(false);
+  ReportAnswer answer = [weak = std::weak_ptr<Session>(s), req = m.req, answered](msg::Decision d) {
+    if (std::exchange(*answered, true)) return;
+    if (auto session = weak.lock()) session->send(msg::ReportReply{req, d});
+  };
+  if (!cb_.on_report) return answer(msg::Decision::keep_going);
+  cb_.on_report(p, s->epoch(), m.step, *metrics, std::move(answer));
 }
 
 void Server::on_closed(const std::shared_ptr<Session>& s, bool clean) {

@@ -11,9 +11,11 @@
 #include "common/messages.h"
 #include "common/socket_options.h"
 #include "rendezvous/assignment.h"
+#include "rendezvous/metrics.h"
 #include "rendezvous/session.h"
 
 #include <boost/asio.hpp>
+#include <nlohmann/json.hpp>
 
 #include <functional>
 #include <map>
@@ -31,7 +33,12 @@ struct ServerLimits {
   // The job's host timeout, for worker connections' TCP keep-alive (net::keep_alive):
   // a worker behind a cut link is failed a little after it.
   std::chrono::milliseconds keep_alive = net::kDefaultHostTimeout;
+  // The longest metrics text of a report (rendezvous/metrics.h).
+  std::size_t max_report = kMaxMetricsText;
 };
+
+// Answers one report, once; a copy answers the same report (the first call wins).
+using ReportAnswer = std::function<void(msg::Decision)>;
 
 class Server : private SessionHost {
  public:
@@ -42,6 +49,14 @@ class Server : private SessionHost {
     // A worker of the current `epoch` asked for a later one: it saw the epoch fail (a
     // collective timed out, a transport error) before anything told the driver.
     std::function<void(const WorkerPlace&, std::uint64_t epoch)> on_epoch_abandoned;
+    // Rank 0 of the current `epoch` reported `step` with `metrics` (a flat JSON object of
+    // finite numbers, checked). The decision goes back through `answer`, at once or
+    // later from the same io_context; it may be called once, after the session closed
+    // or the server stopped too (then it does nothing). Without this callback every
+    // report is answered keep_going.
+    std::function<void(const WorkerPlace&, std::uint64_t epoch, std::int64_t step, const nlohmann::json& metrics,
+                       ReportAnswer answer)>
+        on_report;
   };
 
   Server(boost::asio::io_context& io, const auth::Secret& secret,
@@ -90,6 +105,7 @@ class Server : private SessionHost {
   void on_kv_set(const std::shared_ptr<Session>& s, msg::KvSet m) override;
   void on_kv_get(const std::shared_ptr<Session>& s, const msg::KvGet& m) override;
   void on_barrier(const std::shared_ptr<Session>& s, const msg::Barrier& m) override;
+  void on_report(const std::shared_ptr<Session>& s, msg::Report m) override;
   void on_closed(const std::shared_ptr<Session>& s, bool clean) override;
   void answer_rejoin(const std::shared_ptr<Session>& s, std::uint64_t req);
   // The session's epoch state, or null (and an error sent for `req`) if it ended.

@@ -7,6 +7,10 @@
 #include <cstdlib>
 #include <fstream>
 
+#include <fcntl.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 namespace elasticrun::cmd {
 namespace {
 
@@ -148,6 +152,33 @@ TEST(Options, BadElasticFlags) {
     ASSERT_FALSE(r.ok()) << c.args[0];
     EXPECT_NE(r.error().find(c.why), std::string::npos) << r.error();
   }
+}
+
+TEST(Options, ReportFdMustBeAnOpenStreamSocket) {
+  int sv[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+  auto r = parse({"--report-fd", std::to_string(sv[0]), "prog"});
+  ASSERT_TRUE(r.ok()) << r.error();
+  EXPECT_EQ(r->options->report_fd, sv[0]);
+  EXPECT_EQ(parse({"prog"})->options->report_fd, -1);
+  auto error = [](std::vector<std::string> args) {
+    auto r = parse(std::move(args));
+    return r.ok() ? std::string("accepted") : r.error();
+  };
+  EXPECT_EQ(error({"--report-fd", "three", "prog"}), "--report-fd 'three': expected a file descriptor number");
+  EXPECT_EQ(error({"--report-fd", "-4", "prog"}), "--report-fd '-4': expected a file descriptor number");
+  EXPECT_EQ(error({"--report-fd", "1", "prog"}), "--report-fd 1: standard input, output and error cannot carry reports");
+  int closed = sv[1];
+  ::close(closed);
+  EXPECT_EQ(error({"--report-fd", std::to_string(closed), "prog"}),
+            "--report-fd " + std::to_string(closed) + ": not an open file descriptor");
+  int p[2];
+  ASSERT_EQ(::pipe(p), 0);
+  EXPECT_EQ(error({"--report-fd", std::to_string(p[0]), "prog"}),
+            "--report-fd " + std::to_string(p[0]) + ": not a stream socket (give one end of a connected socket pair)");
+  int dgram = ::socket(AF_UNIX, SOCK_DGRAM, 0);
+  EXPECT_NE(error({"--report-fd", std::to_string(dgram), "prog"}).find("not a stream socket"), std::string::npos);
+  for (int fd : {sv[0], p[0], p[1], dgram}) ::close(fd);
 }
 
 TEST(Options, HelpAndVersionPrint) {

@@ -19,6 +19,12 @@ TEST(CApi, CallsBeforeInitAreInvalidNotFatal) {
   EXPECT_EQ(er_allreduce(&x, &x, 1, ER_F32, ER_SUM), ER_INVALID);
   EXPECT_NE(std::string(er_last_error()).find("er_init"), std::string::npos);
   EXPECT_EQ(er_barrier(), ER_INVALID);
+  const char* names[] = {"loss"};
+  double values[] = {0.5};
+  int stop = 7;
+  EXPECT_EQ(er_report(1, names, values, 1, &stop), ER_INVALID);
+  EXPECT_EQ(stop, 7);
+  EXPECT_EQ(er_should_stop(), -1);
   // Any int a C caller passes is a value of these types (no undefined behaviour in C++).
   EXPECT_EQ(er_allreduce(&x, &x, 1, static_cast<er_datatype>(42), ER_SUM), ER_INVALID);
   EXPECT_EQ(er_allreduce(&x, &x, 1, static_cast<er_datatype>(-1), static_cast<er_op>(-7)), ER_INVALID);

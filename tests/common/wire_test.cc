@@ -113,6 +113,8 @@ TEST(Frame, RandomGarbageNeverCrashesTheDecoders) {
     attempt(msg::Spawn{});
     attempt(msg::Output{});
     attempt(msg::Exited{});
+    attempt(msg::Report{});
+    attempt(msg::ReportReply{});
   }
 }
 
@@ -129,6 +131,24 @@ TEST(Messages, SpawnRoundTrips) {
   EXPECT_EQ(back.rank, 2);
   EXPECT_EQ(back.argv, s.argv);
   EXPECT_EQ(back.env, s.env);
+}
+
+TEST(Messages, ReportAndReplyRoundTrip) {
+  msg::Report r{9, -3, R"({"loss":0.5})"};
+  auto back = msg::parse<msg::Report>(msg::to_frame(r));
+  EXPECT_EQ(back.req, 9u);
+  EXPECT_EQ(back.step, -3);  // the step travels as a signed 64-bit number
+  EXPECT_EQ(back.metrics, r.metrics);
+  auto reply = msg::parse<msg::ReportReply>(msg::to_frame(msg::ReportReply{4, msg::Decision::stop}));
+  EXPECT_EQ(reply.req, 4u);
+  EXPECT_EQ(reply.decision, msg::Decision::stop);
+}
+
+TEST(Messages, UnknownReportDecisionIsADecodeError) {
+  wire::Encoder e;
+  e.u64(1).u8(2);
+  EXPECT_THROW(msg::parse<msg::ReportReply>(Frame{msg::kReportReply, e.take()}), wire::DecodeError);
+  EXPECT_THROW(msg::parse<msg::ReportReply>(Frame{msg::kReportReply, {1, 0, 0, 0, 0, 0, 0, 0}}), wire::DecodeError);
 }
 
 TEST(Messages, ConfigAndReadyCarryTheControlProtocol) {

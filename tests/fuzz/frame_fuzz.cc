@@ -1,6 +1,6 @@
 // libFuzzer target: the control-connection byte stream, as a peer (authenticated or
 // not) can send it. FrameParser::feed() with arbitrary chunking, then msg::parse<M> on
-// each whole frame, for all 23 message types of common/messages.h.
+// each whole frame, for every message type of common/messages.h.
 //
 // Input layout:  byte 0  flags: bit 7 = small payload limit (64 bytes) instead of 16 MiB,
 //                               bits 0..5 = largest chunk size - 1 (1..64 bytes)
@@ -95,7 +95,7 @@ void try_parse(const Frame& f) {
 }
 
 // The decoder of the frame's own type (what a receiver would call), and one of another
-// type, which must refuse it. Calling all 23 on every frame would spend most of the time
+// type, which must refuse it. Calling every decoder on every frame would spend most of the time
 // unwinding type-mismatch exceptions.
 void parse_all(const Frame& f) {
   switch (f.type) {
@@ -113,6 +113,8 @@ void parse_all(const Frame& f) {
     case msg::kNotify: try_parse<msg::Notify>(f); break;
     case msg::kLeave: try_parse<msg::Leave>(f); break;
     case msg::kRejoin: try_parse<msg::Rejoin>(f); break;
+    case msg::kReport: try_parse<msg::Report>(f); break;
+    case msg::kReportReply: try_parse<msg::ReportReply>(f); break;
     case msg::kConfig: try_parse<msg::Config>(f); break;
     case msg::kSpawn: try_parse<msg::Spawn>(f); break;
     case msg::kKill: try_parse<msg::Kill>(f); break;

@@ -40,6 +40,8 @@ MESSAGES = {
     'notify': frame(17, u8(2) + u64(4) + string('hosts changed')),
     'leave': frame(18, b''),
     'rejoin': frame(19, u64(5) + u64(4)),
+    'report': frame(20, u64(6) + u64(40) + string('{"loss":0.25,"accuracy":0.9}')),
+    'report_reply': frame(21, u64(6) + u8(1)),
     'config': frame(30, string(b'\x05' * 32) + string('10.0.0.1:29500') + string('node1') + string('/tmp')
                     + u32(2) + u32(2500) + u32(10000)),
     'spawn': frame(31, u32(0) + u64(1) + i32(0) + i32(2) + strings(['python3', 'train.py']) + strings(['A=1', 'B=2'])),

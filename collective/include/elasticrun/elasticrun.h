@@ -12,6 +12,7 @@
 #define ELASTICRUN_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -65,6 +66,14 @@ int er_reduce_scatter(const void* in, void* out, size_t count, er_datatype type,
 /* in and out hold er_size()*count elements; block j of in goes to rank j. */
 int er_alltoall(const void* in, void* out, size_t count, er_datatype type);
 int er_barrier(void);
+
+/* Progress for the driver, and its answer (elasticrun::report): collective, every rank
+ * calls it at the same step; rank 0's `n` metrics (names[i] = values[i], finite) are
+ * sent. On ER_OK, *stop (if not NULL) is 1 on every rank when the driver decided the job
+ * should stop, else 0. */
+int er_report(int64_t step, const char* const* names, const double* values, int n, int* stop);
+/* 1 once an er_report answered stop (it stays 1), 0 before, -1 before er_init(). */
+int er_should_stop(void);
 
 /* ---- elastic state (elastic.hpp) ----
  *

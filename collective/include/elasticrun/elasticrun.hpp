@@ -17,6 +17,8 @@
 
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
+#include <map>
 #include <memory>
 #include <span>
 #include <string>
@@ -28,6 +30,9 @@ class Communicator;
 namespace msg {
 struct JoinOk;  // internal: a rendezvous reply
 }
+
+// A report's metrics: name -> value (finite; JSON has no NaN or infinity).
+using Metrics = std::map<std::string, double>;
 
 // Where this process sits in the job.
 struct Topology {
@@ -65,6 +70,21 @@ class Context {
   bool hosts_updated() const;
   // How many epochs this context has joined after its first (its resets).
   int resets() const;
+
+  // Progress for the driver (elasticrun --events, --report-fd), and its answer: true
+  // when the driver decided this job should stop. Collective, like commit(): every rank
+  // calls it at the same step. Rank 0's step and metrics are sent (the others' metrics
+  // are ignored: allreduce first to report a mean); rank 0 waits for the decision
+  // (bounded by ELASTICRUN_COLLECTIVE_TIMEOUT) and broadcasts it, so that every rank
+  // returns the same value at the same step. Errors are the usual kinds, the same on
+  // every rank: WorkersFailed (a peer or the driver lost), TimeoutError (no decision
+  // in time), HostsUpdated (hosts were added and this epoch is no longer the current
+  // one: the driver takes reports of the current epoch only; calling report() right
+  // after commit() keeps that window small), Error (a metric not finite, an empty
+  // name, more than 64 KiB of metrics).
+  bool report(std::int64_t step, const Metrics& metrics = {});
+  // True once a report() of this context returned true (it stays true).
+  bool should_stop() const;
 
  private:
   friend struct ContextInternals;
@@ -112,6 +132,9 @@ int local_rank();
 int local_size();
 int cross_rank();
 int cross_size();
+// The default context's report() and should_stop().
+bool report(std::int64_t step, const Metrics& metrics = {});
+bool should_stop();
 
 template <class T>
 void allreduce(std::span<const T> in, std::span<T> out, ReduceOp op = ReduceOp::sum) {

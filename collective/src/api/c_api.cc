@@ -126,6 +126,24 @@ int er_barrier(void) {
   return guarded([] { comm().barrier(); });
 }
 
+int er_report(int64_t step, const char* const* names, const double* values, int n, int* stop) {
+  if (!elasticrun::initialized()) return fail(ER_INVALID, "elasticrun is not initialised (call er_init)");
+  if (n < 0 || (n > 0 && (!names || !values))) return fail(ER_INVALID, "er_report: n < 0, or names or values null");
+  elasticrun::Metrics metrics;
+  for (int i = 0; i < n; ++i) {
+    if (!names[i]) return fail(ER_INVALID, "er_report: a metric name is null");
+    metrics[names[i]] = values[i];
+  }
+  bool decided = false;
+  int rc = guarded([&] { decided = elasticrun::report(step, metrics); });
+  if (rc == ER_OK && stop) *stop = decided ? 1 : 0;
+  return rc;
+}
+
+int er_should_stop(void) {
+  return topo([] { return elasticrun::should_stop() ? 1 : 0; });
+}
+
 }  // extern "C"
 
 // ---- elastic state ----

@@ -1,5 +1,6 @@
 // Context: one worker's membership in the job, and the process-wide default.
 #include "api/context_internal.h"
+#include "api/report.h"
 #include "control/rendezvous_client.h"
 #include "control/settings.h"
 #include "device/nccl_id_exchange.h"
@@ -19,6 +20,7 @@ struct Context::Impl {
   std::chrono::milliseconds timeout = collective::settings::kDefaultCollectiveTimeout;
   std::chrono::milliseconds rejoin_timeout = collective::settings::kDefaultCollectiveTimeout;
   int resets = 0;
+  bool stop = false;  // a report was answered "stop"
   std::shared_ptr<collective::RendezvousClient> client;  // null for a standalone communicator
   std::unique_ptr<Communicator> comm;
   collective::DeviceScopes device_scopes;
@@ -105,6 +107,23 @@ std::string ContextInternals::next_device_scope(Context& ctx) {
 bool Context::hosts_updated() const { return impl_->client && impl_->client->hosts_updated(); }
 int Context::resets() const { return impl_->resets; }
 
+bool Context::report(std::int64_t step, const Metrics& metrics) {
+  if (!impl_->client) throw Error("report: this context has no rendezvous connection");
+  // Rank 0 gives up on the driver a little before the others' broadcast would time out,
+  // so that they learn of it from rank 0 rather than each by its own timeout.
+  auto margin = std::min(impl_->timeout / 10, std::chrono::milliseconds(5000));
+  auto& client = *impl_->client;
+  auto ask = [&] {
+    std::string text = metrics_json(metrics);
+    return client.report(step, text, collective::Clock::now() + impl_->timeout - margin);
+  };
+  bool stop = report_collective(*impl_->comm, ask) == msg::Decision::stop;
+  impl_->stop = impl_->stop || stop;
+  return stop;
+}
+
+bool Context::should_stop() const { return impl_->stop; }
+
 Context::Context(std::unique_ptr<Communicator> comm) : impl_(std::make_unique<Impl>()) {
   impl_->topo.rank = comm->rank();
   impl_->topo.size = comm->size();
@@ -152,5 +171,7 @@ int local_rank() { return context().topology().local_rank; }
 int local_size() { return context().topology().local_size; }
 int cross_rank() { return context().topology().cross_rank; }
 int cross_size() { return context().topology().cross_size; }
+bool report(std::int64_t step, const Metrics& metrics) { return context().report(step, metrics); }
+bool should_stop() { return context().should_stop(); }
 
 }  // namespace elasticrun

@@ -279,6 +279,25 @@ void RendezvousClient::barrier(const std::string& name, Clock::time_point deadli
   expect<msg::Ok>(std::move(f), "barrier");
 }
 
+msg::Decision RendezvousClient::report(std::int64_t step, const std::string& metrics, Clock::time_point deadline) {
+  std::uint64_t req;
+  {
+    std::lock_guard lock(mu_);
+    req = next_req_++;
+  }
+  auto f = call(req, msg::to_frame(msg::Report{req, step, metrics}), deadline, "report");
+  if (f.type == msg::kError) {
+    wire::Decoder d(f.payload);
+    std::string why = "rendezvous report of step " + std::to_string(step) + ": " + msg::Error::decode(d).message;
+    // The refusal and a notice that explains it can arrive together: the notice says
+    // what the caller should do.
+    if (abort_->raised()) abort_->throw_error();
+    if (announced_epoch_.load() > joined_epoch_.load()) throw HostsUpdated(why);
+    throw Error(why);
+  }
+  return expect<msg::ReportReply>(std::move(f), "report").decision;
+}
+
 void RendezvousClient::leave() {
   std::lock_guard w(write_mu_);
   (void)channel_.write(msg::to_frame(msg::Leave{}), Clock::now() + std::chrono::seconds(2));

@@ -52,6 +52,11 @@ class RendezvousClient final : public Store {
   void set(const std::string& key, const Bytes& value) override;
   Bytes get(const std::string& key, Clock::time_point deadline) override;
   void barrier(const std::string& name, Clock::time_point deadline);
+  // Sends rank 0's report (`metrics`: a JSON object of numbers, as text) and waits for
+  // the driver's decision. A refusal is an Error, or HostsUpdated when a newer epoch was
+  // announced (the server takes reports of the current epoch only); an abort or a lost
+  // connection is WorkersFailed, the deadline TimeoutError.
+  msg::Decision report(std::int64_t step, const std::string& metrics, Clock::time_point deadline);
   // Tells the server this worker is ending on purpose, then closes.
   void leave();
 
