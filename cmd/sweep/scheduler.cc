@@ -191,7 +191,11 @@ std::optional<double> Asha::cutoff(std::size_t rung) const {
 }
 
 Decision Asha::decide(const std::string& trial, double step, double metric) {
-  if (step >= p_.max_t) return Decision::stop("reached max_t " + num(p_.max_t));
+  if (step >= p_.max_t) {
+    Decision d = Decision::stop("reached max_t " + num(p_.max_t));
+    d.completed = true;
+    return d;
+  }
   return record(trial, step, metric);
 }
 

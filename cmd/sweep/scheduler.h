@@ -50,6 +50,8 @@ struct Decision {
   std::string source_trial;
   nlohmann::json new_config;
   std::string reason;  // stop and exploit: why, for the log ("rung 3: 0.8 worse than cut-off 0.5")
+  // stop: the trial used its whole budget (asha's max_t); it is finished, not cut short.
+  bool completed = false;
 
   static Decision go_on() { return {}; }
   static Decision stop(std::string why) { return {Action::stop, {}, {}, std::move(why)}; }

@@ -76,6 +76,8 @@ class Sweep {
     std::unique_ptr<TrialJob> job;
     int workers = 0;             // in its latest epoch
     bool stopping = false;       // the scheduler stopped it: exit 0 means "stopped"
+    bool completed = false;      // ... because it used its whole budget: "finished"
+    std::string stop_reason;
     std::optional<Decision> exploit;  // pbt: continue from another trial once it stopped
     Clock::time_point started{};
   };
@@ -304,7 +306,7 @@ void Sweep::start(Trial& t) {
   }
   t.job = std::move(*job);
   t.rec.state = "running";
-  t.stopping = false;
+  t.stopping = t.completed = false;
   t.started = Clock::now();
   save(t);
   events_.emit("trial_started", {{"trial", t.rec.id}, {"config", t.rec.config}, {"slots", pool_->size(t.rec.id)},
@@ -320,7 +322,7 @@ void Sweep::on_report(Trial& t, const nlohmann::json& r) {
   (void)exp_->append_result(t.rec.id, line);
   if (!m.contains(metric_) || !m[metric_].is_number()) {
     ER_LOG(driver, warn, "trial {} reported step {} without the metric '{}'", t.rec.id, step, metric_);
-    return t.job->answer(step, t.stopping);
+    return t.job->answer(static_cast<std::int64_t>(step), t.stopping);
   }
   double v = m[metric_].get<double>();
   t.rec.last_step = step;
@@ -332,6 +334,8 @@ void Sweep::on_report(Trial& t, const nlohmann::json& r) {
   events_.emit("trial_result", {{"trial", t.rec.id}, {"step", step}, {"metric", v}, {"workers", t.workers}});
   if (d.action != Decision::Action::continue_ && !t.stopping) {
     t.stopping = true;
+    t.completed = d.completed;
+    t.stop_reason = d.reason;
     if (d.action == Decision::Action::exploit) {
       t.exploit = d;
       events_.emit("trial_exploit", {{"trial", t.rec.id}, {"step", step}, {"source", d.source_trial}, {"config", d.new_config}});
@@ -340,13 +344,16 @@ void Sweep::on_report(Trial& t, const nlohmann::json& r) {
       events_.emit("trial_decision", {{"trial", t.rec.id}, {"step", step}, {"decision", "stop"}, {"reason", d.reason}});
     }
   }
-  t.job->answer(step, t.stopping);
+  t.job->answer(static_cast<std::int64_t>(step), t.stopping);
 }
 
 void Sweep::on_event(Trial& t, const nlohmann::json& ev) {
   std::string kind = ev.value("event", "");
   if (kind == "epoch_started") t.workers = ev.value("size", t.workers);
-  if (kind == "host_blacklisted") {
+  // The host itself failed (its daemon was lost or could not start): it leaves the pool.
+  // A worker that exited, hung or lost its connection is the trial's own failure; the
+  // trial's job handles it.
+  if (kind == "host_blacklisted" && ev.value("cause", "") == "daemon_lost") {
     std::string host = ev.value("host", "");
     auto known = pool_->hosts();
     if (std::find(known.begin(), known.end(), host) != known.end()) {
@@ -381,7 +388,8 @@ void Sweep::on_exit(Trial& t, int status) {
     t.rec.state = "pending";
     save(t);
   } else if (ok) {
-    end_trial(t, t.stopping ? "stopped" : "finished", t.stopping ? "stopped by the scheduler" : "");
+    bool cut = t.stopping && !t.completed;
+    end_trial(t, cut ? "stopped" : "finished", cut ? "stopped by the scheduler: " + t.stop_reason : "");
   } else {
     t.rec.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
     end_trial(t, "failed", "its job " + describe_status(status) + " (see " +

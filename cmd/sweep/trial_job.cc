@@ -83,7 +83,7 @@ void TrialJob::read_reports() {
   });
 }
 
-void TrialJob::answer(double step, bool stop) {
+void TrialJob::answer(std::int64_t step, bool stop) {
   auto line = std::make_shared<std::string>(
       nlohmann::json{{"step", step}, {"decision", stop ? "stop" : "continue"}}.dump() + "\n");
   asio::async_write(reports_, asio::buffer(*line), [line](boost::system::error_code, std::size_t) {});

@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include <filesystem>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -48,7 +49,7 @@ class TrialJob {
   TrialJob& operator=(const TrialJob&) = delete;
 
   // The decision for the report received last.
-  void answer(double step, bool stop);
+  void answer(std::int64_t step, bool stop);
   // Asks the job to stop (elasticrun stops its workers: SIGTERM, then SIGKILL).
   void terminate() const;
   int pid() const { return child_->pid(); }
