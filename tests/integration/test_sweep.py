@@ -1,0 +1,166 @@
+"""elasticrun sweep with real trial jobs on loopback hosts: build/examples/trial_objective is
+the trial (loss = (log10(lr) + 1)^2 + (momentum - 0.9)^2 + exp(-step/50): the best trial is
+lr = 0.1, momentum = 0.9 at every step)."""
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import ELASTICRUN, EXAMPLES
+
+TRIAL = EXAMPLES / "trial_objective"
+POOL = "127.0.0.1:2,127.0.0.2:2"  # 4 slots
+
+
+def space(tmp_path, obj):
+    p = tmp_path / "space.json"
+    p.write_text(json.dumps(obj))
+    return p
+
+
+def read_jsonl(path):
+    try:
+        return [json.loads(l) for l in Path(path).read_text().splitlines() if l.strip()]
+    except FileNotFoundError:
+        return []
+
+
+def trials(exp):
+    out = {}
+    for d in sorted((Path(exp) / "trials").iterdir()):
+        out[d.name] = {"status": json.loads((d / "status.json").read_text()),
+                       "results": read_jsonl(d / "results.jsonl"),
+                       "output": (d / "output.log").read_text() if (d / "output.log").exists() else ""}
+    return out
+
+
+def sweep_args(exp, sp, *extra, steps=30, every=5, step_ms=20):
+    return ["sweep", "-H", POOL, "--space", sp, "--metric", "loss", "--dir", exp, *extra, "--",
+            TRIAL, "--steps", steps, "--report-every", every, "--step-ms", step_ms]
+
+
+GRID12 = {"lr": {"grid": [0.001, 0.01, 0.1, 1.0]}, "momentum": {"grid": [0.5, 0.9, 0.99]}}
+
+
+def test_asha_sweep_of_12_trials_over_a_smaller_pool(job, tmp_path):
+    exp = tmp_path / "exp"
+    events = tmp_path / "sweep.jsonl"
+    r = job.run(sweep_args(exp, space(tmp_path, GRID12), "--scheduler", "asha", "--grace-period", "5",
+                           "--reduction-factor", "3", "--max-t", "30", "--trial-np", "1:2", "--events", events),
+                timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    t = trials(exp)
+    assert len(t) == 12
+    states = {k: v["status"]["state"] for k, v in t.items()}
+    assert set(states.values()) <= {"finished", "stopped"}, states
+    stopped = [k for k, s in states.items() if s == "stopped"]
+    assert stopped, "asha stopped no trial early"
+    best = min(t.values(), key=lambda v: v["status"]["best_metric"])
+    assert best["status"]["config"] == {"lr": 0.1, "momentum": 0.9}
+    assert '"lr":0.1' in r.stdout and "best trial" in r.stdout
+    for k in stopped:
+        # Every rank of a stopped trial stopped at the step of its last report.
+        last = t[k]["results"][-1]["step"]
+        lines = [l for l in t[k]["output"].splitlines() if " stopped at step " in l]
+        assert lines, t[k]["output"]
+        assert all(f" stopped at step {last} " in l for l in lines), (last, lines)
+        assert last < 30
+    ev = read_jsonl(events)
+    # The pool's 4 slots are never exceeded: trial_started / trial_resized / trial_ended.
+    held, peak = {}, 0
+    for e in ev:
+        if e["event"] in ("trial_started", "trial_resized"):
+            held[e["trial"]] = e["slots"]
+        elif e["event"] == "trial_ended":
+            held.pop(e["trial"], None)
+        peak = max(peak, sum(held.values()))
+    assert 0 < peak <= 4
+    assert ev[-1]["event"] == "sweep_finished" and ev[-1]["best"]["config"] == {"lr": 0.1, "momentum": 0.9}
+
+
+def test_a_crashing_trial_is_failed_and_the_sweep_goes_on(job, tmp_path):
+    exp = tmp_path / "exp"
+    sp = space(tmp_path, {"crash": {"grid": [True, False]}, "lr": 0.1})
+    wrapper = tmp_path / "trial.sh"
+    wrapper.write_text(f'#!/bin/sh\ncase "$ELASTICRUN_TRIAL_CONFIG" in *\'"crash":true\'*) exit 3;; esac\n'
+                       f'exec {TRIAL} "$@"\n')
+    wrapper.chmod(0o755)
+    r = job.run(["sweep", "-H", POOL, "--space", sp, "--metric", "loss", "--dir", exp, "--",
+                 wrapper, "--steps", 10, "--report-every", 5], timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    t = trials(exp)
+    assert t["0000"]["status"]["state"] == "failed" and "exited with code 3" in t["0000"]["status"]["why"]
+    assert t["0001"]["status"]["state"] == "finished"
+    assert "1 failed" in r.stdout
+
+
+def test_sigkilled_sweep_resumes_without_running_finished_trials_again(job, tmp_path):
+    exp = tmp_path / "exp"
+    sp = space(tmp_path, {"lr": {"grid": [0.01, 0.1, 1.0, 0.001]}})
+    ev1 = tmp_path / "first.jsonl"
+    p = subprocess.Popen([str(ELASTICRUN), *map(str, sweep_args(exp, sp, "--max-concurrent", "2", "--events", ev1,
+                                                                  steps=40, step_ms=50))],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=job.env())
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not any(e["event"] == "trial_ended" for e in read_jsonl(ev1)):
+        time.sleep(0.1)
+    p.send_signal(signal.SIGKILL)
+    p.communicate(timeout=30)
+    done_first = {e["trial"] for e in read_jsonl(ev1) if e["event"] == "trial_ended"}
+    assert done_first, "no trial ended before the kill"
+    # The trials' jobs die with the sweep (their death signal), workers with them.
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and subprocess.run(["pgrep", "-f", str(exp)], capture_output=True).returncode == 0:
+        time.sleep(0.1)
+    assert subprocess.run(["pgrep", "-f", str(exp)], capture_output=True).returncode != 0
+    ev2 = tmp_path / "second.jsonl"
+    r = job.run(["sweep", "--resume", "--dir", exp, "-H", POOL, "--events", ev2], timeout=240)
+    assert r.returncode == 0, r.stdout + r.stderr
+    started_again = {e["trial"] for e in read_jsonl(ev2) if e["event"] == "trial_started"}
+    assert not (started_again & done_first), (started_again, done_first)
+    t = trials(exp)
+    assert all(v["status"]["state"] == "finished" for v in t.values()), {k: v["status"] for k, v in t.items()}
+    # A trial interrupted by the kill continued from its checkpoint, not from step 0.
+    resumed = [k for k in started_again if t[k]["status"]["restarts"] > 0]
+    for k in resumed:
+        steps = [x["step"] for x in t[k]["results"]]
+        assert steps[-1] == 40
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--trial-np", "3:2"], "--trial-np '3:2': MAX is below MIN"),
+    (["--scheduler", "hyperband"], "--scheduler 'hyperband'"),
+    (["--mode", "median"], "--mode 'median'"),
+    (["--scheduler", "asha", "--reduction-factor", "1"], "reduction_factor"),
+])
+def test_bad_options_exit_2(job, tmp_path, args, message):
+    r = job.run(["sweep", "--space", space(tmp_path, GRID12), "--metric", "loss", "--dir", tmp_path / "e", *args,
+                 "--", TRIAL], timeout=30)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert message in r.stderr, r.stderr
+    assert not (tmp_path / "e" / "sweep.json").exists()
+
+
+@pytest.mark.parametrize("obj,message", [
+    ({"lr": {"loguniform": [-1, 1]}}, '"lr": loguniform'),
+    ({"lr": {"grid": []}}, '"lr"'),
+    ({"lr": {"uniform": [0, 1], "grid": [1]}}, '"lr"'),
+])
+def test_a_bad_space_file_exits_2_naming_the_field(job, tmp_path, obj, message):
+    r = job.run(["sweep", "--space", space(tmp_path, obj), "--metric", "loss", "--dir", tmp_path / "e", "--", TRIAL],
+                timeout=30)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert message in r.stderr, r.stderr
+
+
+def test_a_directory_holding_a_sweep_is_refused_without_resume(job, tmp_path):
+    exp = tmp_path / "exp"
+    sp = space(tmp_path, {"lr": 0.1})
+    r = job.run(sweep_args(exp, sp, steps=5), timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+    r = job.run(sweep_args(exp, sp, steps=5), timeout=60)
+    assert r.returncode == 2 and "already holds a sweep" in r.stderr, r.stderr
