@@ -34,6 +34,13 @@ inline constexpr const char* kDeviceHint = "ELASTICRUN_DEVICE_HINT";
 // 0: a device communicator never shrinks, every epoch builds a fresh one (default 1).
 inline constexpr const char* kNcclShrink = "ELASTICRUN_NCCL_SHRINK";
 
+// Set by elasticrun sweep for the workers of one trial (passed with -x), read by the
+// trial program (Python: elasticrun.sweep): its configuration (a JSON object), its id,
+// and its own directory for checkpoints.
+inline constexpr const char* kTrialConfig = "ELASTICRUN_TRIAL_CONFIG";
+inline constexpr const char* kTrialId = "ELASTICRUN_TRIAL_ID";
+inline constexpr const char* kTrialDir = "ELASTICRUN_TRIAL_DIR";
+
 // Read by every program (common/log.cc): "warn", or "info,rendezvous=debug".
 inline constexpr const char* kLogLevel = "ELASTICRUN_LOG_LEVEL";
 // Read by elasticrun: the port of the elasticrund --listen on every host (--daemon-port).

@@ -25,6 +25,11 @@ Errors are exceptions of the library's kinds, also under Horovod's names:
 deadline, ELASTICRUN_COLLECTIVE_TIMEOUT), ``ProtocolError``; all derive from
 ``ElasticrunError`` (a RuntimeError). ``elasticrun.elastic`` has the elastic State and
 the ``run`` decorator; ``elasticrun.torch`` Horovod's PyTorch API.
+
+``report(step, loss=..., accuracy=...)`` sends progress to the driver (its ``--events``
+log, and ``elasticrun --report-fd``'s program, which may answer stop); every rank calls
+it at the same step and gets the same answer. ``elasticrun.sweep`` reads a trial's
+configuration when the job is a trial of ``elasticrun sweep``.
 """
 import os
 import pickle
@@ -39,7 +44,7 @@ __all__ = [
     "init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size", "cross_rank", "cross_size",
     "allreduce", "allreduce_async", "broadcast", "broadcast_async", "allgather", "allgather_async",
     "reduce_scatter", "reduce_scatter_async", "alltoall", "alltoall_async", "barrier", "broadcast_object",
-    "allgather_object", "set_shape_check", "Sum", "Average", "Min", "Max", "Product", "Handle", "ElasticrunError", "WorkersFailedError",
+    "allgather_object", "set_shape_check", "report", "should_stop", "Sum", "Average", "Min", "Max", "Product", "Handle", "ElasticrunError", "WorkersFailedError",
     "HostsUpdatedError", "ElasticTimeoutError", "ProtocolError", "HorovodInternalError", "HostsUpdatedInterrupt",
 ]
 
@@ -65,6 +70,21 @@ cross_size = _core.cross_size
 set_shape_check = _core.set_shape_check
 if os.environ.get("ELASTICRUN_CHECK_SHAPES", "1") == "0":
     _core.set_shape_check(False)
+
+
+def report(step, **metrics):
+    """Reports ``step`` and the keyword metrics (numbers: floats, ints, numpy or 0-d torch
+    scalars; finite) to the driver and returns its decision: True when the job should
+    stop. Collective, like a State commit: every rank calls it at the same step and
+    every rank gets the same answer; rank 0's metrics are the ones sent. Waits (without
+    the GIL) for the decision up to ELASTICRUN_COLLECTIVE_TIMEOUT; raises the library's
+    errors, the same kind on every rank."""
+    return _core.report(int(step), {str(k): float(v) for k, v in metrics.items()})
+
+
+def should_stop():
+    """True once a report() of this process returned True (it stays True)."""
+    return _core.should_stop()
 
 
 def allreduce(tensor, op=Sum, out=None, prescale_factor=1.0, postscale_factor=1.0):

@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -317,6 +318,18 @@ PYBIND11_MODULE(_core, m) {
         elasticrun::context().rejoin();
       },
       "Wait for the next epoch and take this worker's place in it");
+
+  m.def(
+      "report",
+      [](std::int64_t step, const std::map<std::string, double>& metrics) {
+        Engine& e = engine();
+        bool stop = false;
+        py::gil_scoped_release nogil;
+        e.run([&](Context& ctx) { stop = ctx.report(step, metrics); });  // after what was issued before it
+        return stop;
+      },
+      py::arg("step"), py::arg("metrics"), "Report progress to the driver; true when it decided to stop (collective)");
+  m.def("should_stop", [] { return engine(), elasticrun::context().should_stop(); });
 
   py::class_<Handle>(m, "Handle", "A pending asynchronous collective")
       .def("poll", &Handle::poll, "True once the collective has completed (its error, if any, is raised by wait)")

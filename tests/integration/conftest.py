@@ -109,9 +109,9 @@ class Job:
         except FileNotFoundError:
             return []
 
-    def start(self, args, env=None):
+    def start(self, args, env=None, **kw):
         return subprocess.Popen([str(ELASTICRUN), *map(str, args)], stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True, env=self.env(env))
+                                stderr=subprocess.PIPE, text=True, env=self.env(env), **kw)
 
 
 def namespace_cluster(hosts, slots):

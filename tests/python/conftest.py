@@ -38,10 +38,12 @@ def python_env(extra=None):
     return env
 
 
-def run_python(job, np_args, script, *args, timeout=120, env=None):
+def run_python(job, np_args, script, *args, timeout=120, env=None, **kw):
     """Runs `script` (a path) as every worker of `elasticrun <np_args>` and returns the
-    CompletedProcess; PYTHONPATH carried to the workers with -x."""
-    return job.run(["-x", "PYTHONPATH", *np_args, PYTHON, script, *args], timeout=timeout, env=python_env(env))
+    CompletedProcess; PYTHONPATH carried to the workers with -x. `kw` goes to
+    subprocess.run (pass_fds, say)."""
+    return job.run(["-x", "PYTHONPATH", *np_args, PYTHON, script, *args], timeout=timeout, env=python_env(env),
+                   **kw)
 
 
 def start_python(job, np_args, script, *args, env=None):

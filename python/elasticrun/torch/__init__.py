@@ -10,7 +10,7 @@
     hvd.broadcast_optimizer_state(optimizer, root_rank=0)
 
 What there is: init, shutdown, is_initialized, rank, size, local_rank, local_size,
-cross_rank, cross_size; allreduce(_)(_async), grouped_allreduce(_), broadcast(_)(_async),
+cross_rank, cross_size; report and should_stop (elasticrun's, for sweeps); allreduce(_)(_async), grouped_allreduce(_), broadcast(_)(_async),
 allgather(_async), alltoall, reducescatter, barrier, join, poll, synchronize; the ops
 Sum, Average, Min, Max, Product; Compression.none/fp16; broadcast_parameters,
 broadcast_optimizer_state, broadcast_object, allgather_object; DistributedOptimizer;
@@ -31,7 +31,7 @@ What differs from Horovod:
 """
 from elasticrun import (ElasticTimeoutError, ElasticrunError, HorovodInternalError, HostsUpdatedError,
                         HostsUpdatedInterrupt, ProtocolError, WorkersFailedError, cross_rank, cross_size, init,
-                        is_initialized, local_rank, local_size, rank, shutdown, size)
+                        is_initialized, local_rank, local_size, rank, report, should_stop, shutdown, size)
 from elasticrun.torch.compression import Compression, Compressor
 from elasticrun.torch.functions import (allgather_object, broadcast_object, broadcast_optimizer_state,
                                         broadcast_parameters)
@@ -48,6 +48,6 @@ __all__ = [
     "broadcast", "broadcast_", "broadcast_async", "broadcast_async_", "allgather", "allgather_async", "alltoall",
     "reducescatter", "barrier", "join", "poll", "synchronize", "Handle", "Sum", "Average", "Min", "Max", "Product",
     "Adasum", "Compression", "Compressor", "broadcast_parameters", "broadcast_optimizer_state", "broadcast_object",
-    "allgather_object", "DistributedOptimizer", "elastic", "ElasticrunError", "WorkersFailedError",
+    "allgather_object", "DistributedOptimizer", "elastic", "report", "should_stop", "ElasticrunError", "WorkersFailedError",
     "HostsUpdatedError", "ElasticTimeoutError", "ProtocolError", "HorovodInternalError", "HostsUpdatedInterrupt",
 ]
