@@ -2,7 +2,7 @@
 // with a known optimum, trained elastically, reported every few steps, stopped when
 // the driver says so, checkpointed into the trial's directory.
 //
-//   ELASTICRUN_TRIAL_CONFIG='{"lr":0.1,"momentum":0.9}' \
+//   ELASTICRUN_TRIAL_CONFIG='{"lr":0.1,"momentum":0.9}'
 //     elasticrun -np 2 build/examples/trial_objective --steps 200 --report-every 10
 //
 // The configuration (JSON, every key optional) sets lr (default 0.01) and momentum

@@ -78,6 +78,8 @@ class Sweep {
     bool stopping = false;       // the scheduler stopped it: exit 0 means "stopped"
     bool completed = false;      // ... because it used its whole budget: "finished"
     std::string stop_reason;
+    std::string last_failure;  // the latest host its job blacklisted, and why
+    std::string fail_reason;   // the sweep ended its job: it is failed for this
     std::optional<Decision> exploit;  // pbt: continue from another trial once it stopped
     Clock::time_point started{};
   };
@@ -307,6 +309,7 @@ void Sweep::start(Trial& t) {
   t.job = std::move(*job);
   t.rec.state = "running";
   t.stopping = t.completed = false;
+  t.fail_reason.clear();
   t.started = Clock::now();
   save(t);
   events_.emit("trial_started", {{"trial", t.rec.id}, {"config", t.rec.config}, {"slots", pool_->size(t.rec.id)},
@@ -317,7 +320,7 @@ void Sweep::start(Trial& t) {
 void Sweep::on_report(Trial& t, const nlohmann::json& r) {
   double step = r.value("step", -1.0);
   const auto& m = r.value("metrics", nlohmann::json::object());
-  nlohmann::json line = {{"step", step}, {"metrics", m}, {"t", std::chrono::duration<double>(Clock::now() - start_).count()},
+  nlohmann::json line = {{"step", r.value("step", nlohmann::json(step))}, {"metrics", m}, {"t", std::chrono::duration<double>(Clock::now() - start_).count()},
                          {"size", r.value("size", 0)}};
   (void)exp_->append_result(t.rec.id, line);
   if (!m.contains(metric_) || !m[metric_].is_number()) {
@@ -350,6 +353,15 @@ void Sweep::on_report(Trial& t, const nlohmann::json& r) {
 void Sweep::on_event(Trial& t, const nlohmann::json& ev) {
   std::string kind = ev.value("event", "");
   if (kind == "epoch_started") t.workers = ev.value("size", t.workers);
+  if (kind == "host_blacklisted")
+    t.last_failure = fmt::format("{} on host '{}'", ev.value("reason", ""), ev.value("host", ""));
+  // Its job blacklisted its own share (its workers keep failing there): nothing the
+  // trial holds can run it. It fails rather than wait out --elastic-timeout.
+  if (kind == "waiting_for_slots" && t.job && !interrupted_ && t.fail_reason.empty() &&
+      pool_->size(t.rec.id) >= min_np_) {
+    t.fail_reason = "its workers failed on every host of its share (last: " + t.last_failure + ")";
+    t.job->terminate();
+  }
   // The host itself failed (its daemon was lost or could not start): it leaves the pool.
   // A worker that exited, hung or lost its connection is the trial's own failure; the
   // trial's job handles it.
@@ -373,6 +385,9 @@ void Sweep::on_exit(Trial& t, int status) {
   if (interrupted_) {
     t.rec.state = "pending";  // continues from its checkpoint after --resume
     save(t);
+  } else if (!t.fail_reason.empty()) {
+    t.rec.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    end_trial(t, "failed", t.fail_reason);
   } else if (ok && t.exploit) {
     // pbt: continue from the better trial's checkpoint with the explored configuration.
     Decision d = *t.exploit;

@@ -93,7 +93,7 @@ def test_a_crashing_trial_is_failed_and_the_sweep_goes_on(job, tmp_path):
                  wrapper, "--steps", 10, "--report-every", 5], timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr
     t = trials(exp)
-    assert t["0000"]["status"]["state"] == "failed" and "exited with code 3" in t["0000"]["status"]["why"]
+    assert t["0000"]["status"]["state"] == "failed" and "exited with code 3" in t["0000"]["status"]["why"], t["0000"]["status"]
     assert t["0001"]["status"]["state"] == "finished"
     assert "1 failed" in r.stdout
 
