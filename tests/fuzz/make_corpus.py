@@ -79,6 +79,11 @@ def main():
     write('discovery_fuzz', 'max-slots', b'\x80' + b'big\nbig:1\n')
     write('discovery_fuzz', 'errors', d + b'good\nbad slots=x\n-dash\n' + b'\xff\x00\n')
 
+    write('metrics_fuzz', 'plain', b'{"loss":0.25,"accuracy":0.91,"step_time":12}')
+    write('metrics_fuzz', 'empty', b'{}')
+    write('metrics_fuzz', 'escapes', b'{"a\\u00e9\\n":-1e-300, "b": 1.7976931348623157e308}')
+    write('metrics_fuzz', 'nested', b'{"a":[1,{"b":2}],"c":null,"d":"x"}')
+    write('options_fuzz', 'report-fd', b'--report-fd\x003\x00-np\x002\x00./train')
     write('options_fuzz', 'np', b'-np\x004\x00-H\x00a:2,b:2\x00./train')
     write('options_fuzz', 'elastic', b'--min-np\x002\x00--max-np\x004\x00--host-discovery-script\x00./d.sh\x00'
           b'--blacklist-cooldown-range\x001\x0010\x00--\x00python3\x00train.py')

@@ -167,3 +167,21 @@ def test_a_sweep_that_answers_nonsense_or_goes_away_lets_the_job_finish(job, ans
     assert len(sweep.seen) == 1  # asked once; every later report was answered continue
     assert [e["step"] for e in reports(job.events(ev))] == [5, 10, 15, 20, 25, 30]
     assert r.stderr.count('answered "continue" from now on') == 1, r.stderr
+
+
+def test_trial_objective_resumes_from_its_checkpoint(job, tmp_path):
+    """With ELASTICRUN_TRIAL_DIR, rank 0 checkpoints at every report and a new run starts
+    where the last one committed (what a resumed sweep relies on)."""
+    trial = tmp_path / "trial"
+    trial.mkdir()
+    env = {"ELASTICRUN_TRIAL_DIR": str(trial), "ELASTICRUN_TRIAL_CONFIG": '{"lr": 0.1, "momentum": 0.9}'}
+    r = job.run(["-np", 2, TRIAL, "--steps", 20, "--report-every", 5], env=env)
+    assert r.returncode == 0, r.stderr
+    assert json.loads((trial / "checkpoint.json").read_text())["step"] == 20
+    ev = tmp_path / "events"
+    r = job.run(["-np", 2, "--events", ev, TRIAL, "--steps", 30, "--report-every", 5], env=env)
+    assert r.returncode == 0, r.stderr
+    got = reports(job.events(ev))
+    assert [e["step"] for e in got] == [25, 30], got
+    assert got[-1]["metrics"]["loss"] == pytest.approx(math.exp(-30 / 50), rel=1e-12)  # the optimum: q = 0
+    assert ends(r.stdout) == {0: ("finished", 30), 1: ("finished", 30)}
