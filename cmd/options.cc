@@ -215,7 +215,10 @@ Result<void> parse_report_fd(const po::variables_map& vm, Options& o) {
 
 std::string usage() {
   std::ostringstream s;
-  s << "usage: elasticrun [options] [--] command [args...]\n\n" << describe();
+  s << "usage: elasticrun [options] [--] command [args...]\n"
+       "       elasticrun sweep [options] -- command [args...]   (hyperparameter search: elasticrun sweep --help)\n"
+       "A program called 'sweep' runs as: elasticrun -- sweep\n\n"
+    << describe();
   return s.str();
 }
 

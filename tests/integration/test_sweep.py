@@ -2,6 +2,7 @@
 the trial (loss = (log10(lr) + 1)^2 + (momentum - 0.9)^2 + exp(-step/50): the best trial is
 lr = 0.1, momentum = 0.9 at every step)."""
 import json
+import re
 import os
 import signal
 import subprocess
@@ -10,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ELASTICRUN, EXAMPLES
+from conftest import ELASTICRUN, EXAMPLES, ROOT
 
 TRIAL = EXAMPLES / "trial_objective"
 POOL = "127.0.0.1:2,127.0.0.2:2"  # 4 slots
@@ -164,3 +165,12 @@ def test_a_directory_holding_a_sweep_is_refused_without_resume(job, tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
     r = job.run(sweep_args(exp, sp, steps=5), timeout=60)
     assert r.returncode == 2 and "already holds a sweep" in r.stderr, r.stderr
+
+
+def test_every_sweep_flag_in_help_is_in_the_man_page(job):
+    r = job.run(["sweep", "--help"])
+    assert r.returncode == 0, r.stderr
+    flags = sorted(set(re.findall(r"^\s+(?:-\w, )?--([a-z][a-z-]*)", r.stdout, re.M)))
+    assert len(flags) > 20 and "trial-np" in flags, r.stdout
+    man = (ROOT / "man" / "elasticrun-sweep.1").read_text().replace("\\-", "-")
+    assert [f for f in flags if f"--{f}" not in man] == []
