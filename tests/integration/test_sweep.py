@@ -174,3 +174,59 @@ def test_every_sweep_flag_in_help_is_in_the_man_page(job):
     assert len(flags) > 20 and "trial-np" in flags, r.stdout
     man = (ROOT / "man" / "elasticrun-sweep.1").read_text().replace("\\-", "-")
     assert [f for f in flags if f"--{f}" not in man] == []
+
+
+def test_a_trial_whose_worker_is_killed_continues_elastically(job, tmp_path):
+    exp = tmp_path / "exp"
+    sp = space(tmp_path, {"lr": 0.1})
+    p = job.start(["sweep", "-H", "127.0.0.1:1,127.0.0.2:1", "--trial-np", "1:2", "--space", sp, "--metric", "loss",
+                   "--dir", exp, "--", TRIAL, "--steps", 60, "--report-every", 5, "--step-ms", 50])
+    trial_events = exp / "trials" / "0000" / "events.jsonl"
+    deadline = time.monotonic() + 60
+    workers = []
+    while time.monotonic() < deadline:
+        ev = read_jsonl(trial_events)
+        if any(e["event"] == "epoch_started" and e["size"] == 2 for e in ev) and \
+                any(e["event"] == "report" and e["size"] == 2 for e in ev):
+            workers = [e for e in ev if e["event"] == "worker_started"]
+            break
+        time.sleep(0.05)
+    assert len(workers) >= 2, read_jsonl(trial_events)
+    victim = next(w for w in workers if w["rank"] == 1)
+    os.kill(victim["pid"], signal.SIGKILL)
+    out, err = p.communicate(timeout=120)
+    assert p.returncode == 0, out + err
+    t = trials(exp)["0000"]
+    assert t["status"]["state"] == "finished", t["status"]
+    assert t["results"][-1]["step"] == 60
+    ev = read_jsonl(trial_events)
+    assert any(e["event"] == "reset" for e in ev)
+    assert any(e["event"] == "worker_exited" and e["pid"] == victim["pid"] and e["signal"] == signal.SIGKILL for e in ev)
+    assert "rank 0 finished at step 60" in t["output"]
+
+
+def test_pbt_continues_a_bottom_trial_from_a_top_trials_checkpoint(job, tmp_path):
+    exp = tmp_path / "exp"
+    events = tmp_path / "sweep.jsonl"
+    sp = space(tmp_path, {"lr": {"grid": [0.1, 0.001, 0.09, 0.002]}, "momentum": {"uniform": [0.5, 0.99]}})
+    r = job.run(sweep_args(exp, sp, "--scheduler", "pbt", "--perturbation-interval", "10", "--seed", "3",
+                           "--events", events, steps=60, step_ms=30), timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    ev = read_jsonl(events)
+    # An exploit at the last step has nothing left to run.
+    exploits = [e for e in ev if e["event"] == "trial_exploit" and e["step"] < 60]
+    assert exploits, r.stdout
+    t = trials(exp)
+    for e in exploits:
+        mine = t[e["trial"]]
+        assert mine["status"]["restarts"] >= 1
+        # It went on from the source's checkpoint (at least the step it was exploited at,
+        # the source being at least as far), not from step 0.
+        after = [x["step"] for x in mine["results"] if x["t"] > e["t"]]
+        assert after and after[0] > 5 and e["step"] >= 10, (e, after)
+        started = [x for x in ev if x["event"] == "trial_started" and x["trial"] == e["trial"] and x["t"] > e["t"]]
+        assert started and started[0]["config"] == e["config"]
+    assert all(v["status"]["state"] == "finished" for v in t.values())
+    # params.json follows the configuration the trial runs with now.
+    for k, v in t.items():
+        assert json.loads((exp / "trials" / k / "params.json").read_text()) == v["status"]["config"]
