@@ -5,7 +5,7 @@ import re
 import socket
 import threading
 
-from conftest import HERE, run_python
+from conftest import HERE, ROOT, python_env, run_python
 
 WORKER = HERE / "workers" / "report_worker.py"
 
@@ -50,3 +50,30 @@ def test_outside_a_sweep_config_is_empty_and_reports_continue(job):
     for rank in (0, 1):
         assert f"rank {rank} sweep config={{}} id=None dir=None" in r.stdout, r.stdout
         assert f"rank {rank} ended at step 3 should_stop=False" in r.stdout, r.stdout
+
+
+def test_the_digits_trial_under_an_asha_sweep(job, tmp_path):
+    """examples/python/digits_trial.py as the trials of a real sweep: every trial reports
+    the held-out loss and accuracy each epoch, asha stops the worst at its first rung,
+    and the best trial's model learnt the digits."""
+    import json as _json
+    exp = tmp_path / "exp"
+    sp = tmp_path / "space.json"
+    sp.write_text(_json.dumps({"lr": {"grid": [0.02, 0.0001, 0.01]}, "batch_size": 32}))
+    script = ROOT / "examples" / "python" / "digits_trial.py"
+    r = job.run(["sweep", "-H", "127.0.0.1:2", "--trial-np", "1:2", "--space", sp, "--metric", "loss",
+                 "--scheduler", "asha", "--grace-period", "2", "--reduction-factor", "2", "--max-t", "6",
+                 "--max-concurrent", "2", "--dir", exp, "-x", "PYTHONPATH", "--",
+                 "/usr/bin/python3", script, "--epochs", 6], timeout=300, env=python_env())
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    states, best = {}, None
+    for d in sorted((exp / "trials").iterdir()):
+        st = _json.loads((d / "status.json").read_text())
+        results = [_json.loads(l) for l in (d / "results.jsonl").read_text().splitlines()]
+        assert [x["step"] for x in results] == list(range(1, len(results) + 1)), results
+        assert all(set(x["metrics"]) == {"loss", "accuracy"} for x in results)
+        states[st["config"]["lr"]] = st["state"]
+        if best is None or st["best_metric"] < best[0]:
+            best = (st["best_metric"], st["config"]["lr"], results[-1]["metrics"]["accuracy"])
+    assert states[0.0001] == "stopped", states  # far too small a step: cut at a rung
+    assert best[1] in (0.02, 0.01) and best[2] > 0.9, best
