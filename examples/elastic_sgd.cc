@@ -52,6 +52,7 @@ struct Options {
   int dim = 16;
   int batch = 64;
   std::int64_t commit_every = 10;
+  bool report = false;  // report(step) to the driver after every commit
   std::uint64_t seed = 1;
   int step_ms = 0;
   bool reference = false;
@@ -75,7 +76,7 @@ struct Model {
 
 const char* kUsage =
     "usage: elastic_sgd [--steps N] [--dim D] [--batch B] [--commit-every K] [--seed S]\n"
-    "                   [--step-ms M] [--reference] [--progress-file F]\n"
+    "                   [--step-ms M] [--reference] [--progress-file F] [--report]\n"
     "                   [--fail-at-step S --fail-rank R [--fail-signal SIG]]\n";
 
 [[noreturn]] void usage_error(const std::string& why) {
@@ -96,6 +97,7 @@ Options parse(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     std::string f = argv[i];
     if (f == "--reference") { o.reference = true; continue; }
+    if (f == "--report") { o.report = true; continue; }
     if (f == "--help" || f == "-h") { std::fputs(kUsage, stdout); std::exit(0); }
     if (i + 1 >= argc) usage_error("unknown flag or missing value: " + f);
     const char* v = argv[++i];
@@ -247,6 +249,9 @@ void train(const Options& o, Model& m, elasticrun::State& st) {
       throw;
     }
     report_commit(o, m, t);
+    // Progress for the driver (its --events, or a sweep): what scripts/schedule 8gpu_exp
+    // resizes on. Right after the commit, so a reset it raises loses no step.
+    if (o.report) elasticrun::report(m.step, {{"step", static_cast<double>(m.step)}});
   }
 }
 
