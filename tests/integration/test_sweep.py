@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ELASTICRUN, EXAMPLES, ROOT
+from conftest import ELASTICRUN, EXAMPLES, ROOT, discovery_script
 
 TRIAL = EXAMPLES / "trial_objective"
 POOL = "127.0.0.1:2,127.0.0.2:2"  # 4 slots
@@ -230,3 +230,92 @@ def test_pbt_continues_a_bottom_trial_from_a_top_trials_checkpoint(job, tmp_path
     # params.json follows the configuration the trial runs with now.
     for k, v in t.items():
         assert json.loads((exp / "trials" / k / "params.json").read_text()) == v["status"]["config"]
+
+
+def test_sigint_stops_every_trial_and_resume_finishes_them(job, tmp_path):
+    exp = tmp_path / "exp"
+    sp = space(tmp_path, {"lr": {"grid": [0.1, 0.01]}})
+    p = job.start(sweep_args(exp, sp, steps=200, step_ms=50))
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not all(
+            (exp / "trials" / k / "results.jsonl").exists() for k in ("0000", "0001")):
+        time.sleep(0.05)
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 130, out + err
+    assert "interrupted by SIGINT" in out and "2 unfinished" in out, out
+    t = trials(exp)
+    assert all(v["status"]["state"] == "pending" for v in t.values()), {k: v["status"] for k, v in t.items()}
+    first = {k: v["results"][-1]["step"] for k, v in t.items()}
+    r = job.run(["sweep", "--resume", "--dir", exp, "-H", POOL], timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    t = trials(exp)
+    for k, v in t.items():
+        assert v["status"]["state"] == "finished"
+        steps = [x["step"] for x in v["results"]]
+        # It went on from its checkpoint: after the interruption the steps continue near
+        # where they were (the last checkpoint), not from the first report again.
+        resumed = steps[steps.index(first[k]) + 1]
+        assert resumed > 5 and resumed <= first[k] + 5, steps
+        assert steps[-1] == 200
+
+
+def test_the_table_is_redrawn_in_place_on_a_terminal(job, tmp_path):
+    import pty
+    exp = tmp_path / "exp"
+    sp = space(tmp_path, {"lr": {"grid": [0.1, 0.01, 1.0]}})
+    pid, fd = pty.fork()
+    if pid == 0:
+        os.environ.update(job.env())
+        args = [str(a) for a in sweep_args(exp, sp, steps=40, step_ms=50)]
+        os.execv(str(ELASTICRUN), [str(ELASTICRUN), *args])
+    out = b""
+    while True:
+        try:
+            chunk = os.read(fd, 65536)
+        except OSError:
+            break
+        if not chunk:
+            break
+        out += chunk
+    _, status = os.waitpid(pid, 0)
+    text = out.decode(errors="replace")
+    assert os.waitstatus_to_exitcode(status) == 0, text
+    assert "\x1b[J" in text and "\x1b[" in text  # cursor moved up, old table cleared
+    assert text.count("trial  state") >= 2, text  # the header, drawn more than once
+    assert "best loss so far:" in text
+    assert "best trial 0000" in text
+
+
+def test_the_pool_follows_its_discovery_script_and_trials_grow_and_shrink(job, tmp_path):
+    exp = tmp_path / "exp"
+    hosts, script = discovery_script(tmp_path, ["127.0.0.1:1"])
+    sp = space(tmp_path, {"lr": 0.1})
+    events = tmp_path / "sweep.jsonl"
+    p = job.start(["sweep", "--host-discovery-script", script, "--discovery-interval", "0.2", "--trial-np", "1:2",
+                   "--space", sp, "--metric", "loss", "--dir", exp, "--events", events, "--",
+                   TRIAL, "--steps", 400, "--report-every", 5, "--step-ms", 30])
+    trial_events = exp / "trials" / "0000" / "events.jsonl"
+
+    def wait_for_size(n):
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            reports = [e for e in read_jsonl(trial_events) if e["event"] == "report"]
+            if reports and reports[-1]["size"] == n:
+                return
+            time.sleep(0.05)
+        raise AssertionError(f"trial never reported with {n} workers: {read_jsonl(trial_events)[-5:]}")
+
+    wait_for_size(1)
+    hosts.write_text("127.0.0.1:1\n127.0.0.2:1\n")  # the pool grows: the trial grows into it
+    wait_for_size(2)
+    hosts.write_text("127.0.0.2:1\n")  # 127.0.0.1 leaves: the trial shrinks to what is left
+    wait_for_size(1)
+    out, err = p.communicate(timeout=120)
+    assert p.returncode == 0, out + err
+    resized = [e["slots"] for e in read_jsonl(events) if e["event"] == "trial_resized"]
+    assert resized[:2] == [2, 1], resized
+    t = trials(exp)["0000"]
+    assert t["status"]["state"] == "finished" and t["results"][-1]["step"] == 400
+    last_epoch = [e for e in read_jsonl(trial_events) if e["event"] == "epoch_started"][-1]
+    assert [w["host"] for w in last_epoch["assignment"]] == ["127.0.0.2"]
