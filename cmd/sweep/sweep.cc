@@ -60,6 +60,9 @@ std::string compact(const nlohmann::json& config) {
   return out;
 }
 
+// How many times a trial starts again after its job ended with a failed host.
+constexpr int kHostLossRestarts = 3;
+
 std::string describe_status(int status) {
   if (WIFSIGNALED(status)) return fmt::format("killed by signal {}", WTERMSIG(status));
   return fmt::format("exited with code {}", WEXITSTATUS(status));
@@ -80,6 +83,7 @@ class Sweep {
     std::string stop_reason;
     std::string last_failure;  // the latest host its job blacklisted, and why
     std::string fail_reason;   // the sweep ended its job: it is failed for this
+    bool lost_host = false;    // a host of its share failed under it
     std::optional<Decision> exploit;  // pbt: continue from another trial once it stopped
     Clock::time_point started{};
   };
@@ -310,6 +314,7 @@ void Sweep::start(Trial& t) {
   t.rec.state = "running";
   t.stopping = t.completed = false;
   t.fail_reason.clear();
+  t.lost_host = false;
   t.started = Clock::now();
   save(t);
   events_.emit("trial_started", {{"trial", t.rec.id}, {"config", t.rec.config}, {"slots", pool_->size(t.rec.id)},
@@ -366,6 +371,7 @@ void Sweep::on_event(Trial& t, const nlohmann::json& ev) {
   // A worker that exited, hung or lost its connection is the trial's own failure; the
   // trial's job handles it.
   if (kind == "host_blacklisted" && ev.value("cause", "") == "daemon_lost") {
+    t.lost_host = true;
     std::string host = ev.value("host", "");
     auto known = pool_->hosts();
     if (std::find(known.begin(), known.end(), host) != known.end()) {
@@ -385,6 +391,14 @@ void Sweep::on_exit(Trial& t, int status) {
   if (interrupted_) {
     t.rec.state = "pending";  // continues from its checkpoint after --resume
     save(t);
+  } else if (!ok && t.lost_host && t.fail_reason.empty() && t.rec.restarts < kHostLossRestarts) {
+    // Its job ended because a host failed under it (every holder of its state was
+    // there): the trial starts again elsewhere, from its own checkpoint.
+    ++t.rec.restarts;
+    t.rec.state = "pending";
+    save(t);
+    say(fmt::format("trial {} lost its host ({}); it starts again from its checkpoint", t.rec.id, t.last_failure));
+    events_.emit("trial_restarted", {{"trial", t.rec.id}, {"reason", t.last_failure}, {"restarts", t.rec.restarts}});
   } else if (!t.fail_reason.empty()) {
     t.rec.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
     end_trial(t, "failed", t.fail_reason);

@@ -319,3 +319,39 @@ def test_the_pool_follows_its_discovery_script_and_trials_grow_and_shrink(job, t
     assert t["status"]["state"] == "finished" and t["results"][-1]["step"] == 400
     last_epoch = [e for e in read_jsonl(trial_events) if e["event"] == "epoch_started"][-1]
     assert [w["host"] for w in last_epoch["assignment"]] == ["127.0.0.2"]
+
+
+def test_a_host_whose_daemon_is_lost_leaves_the_pool(job, tmp_path):
+    exp = tmp_path / "exp"
+    events = tmp_path / "sweep.jsonl"
+    sp = space(tmp_path, {"lr": {"grid": [0.1, 0.01]}})
+    p = job.start(["sweep", "-H", "127.0.0.1:1,127.0.0.2:1", "--space", sp, "--metric", "loss", "--dir", exp,
+                   "--events", events, "--", TRIAL, "--steps", 150, "--report-every", 5, "--step-ms", 30])
+    victim, deadline = None, time.monotonic() + 60
+    while victim is None and time.monotonic() < deadline:
+        for k in ("0000", "0001"):
+            ev = read_jsonl(exp / "trials" / k / "events.jsonl")
+            if any(e["event"] == "report" for e in ev):
+                w = [e for e in ev if e["event"] == "worker_started" and e["host"] == "127.0.0.2"]
+                if w:
+                    victim = (k, w[0]["pid"])
+        time.sleep(0.05)
+    assert victim, "no trial reported from 127.0.0.2"
+    trial, worker = victim
+    daemon = int(Path(f"/proc/{worker}/stat").read_text().rsplit(")", 1)[1].split()[1])  # its parent
+    assert b"elasticrund" in Path(f"/proc/{daemon}/cmdline").read_bytes()
+    os.kill(daemon, signal.SIGKILL)
+    out, err = p.communicate(timeout=180)
+    assert p.returncode == 0, out + err
+    ev = read_jsonl(events)
+    assert [e["host"] for e in ev if e["event"] == "host_removed"] == ["127.0.0.2"], ev
+    t = trials(exp)
+    assert all(v["status"]["state"] == "finished" and v["results"][-1]["step"] == 150 for v in t.values())
+    # The trial that lost its host (its only worker was there) started again from its
+    # checkpoint, on the slot the other trial left.
+    assert [e["trial"] for e in ev if e["event"] == "trial_restarted"] == [trial]
+    assert t[trial]["status"]["restarts"] == 1
+    steps = [x["step"] for x in t[trial]["results"]]
+    assert steps.count(5) == 1, steps  # not from the first step again
+    epochs = [e for e in read_jsonl(exp / "trials" / trial / "events.jsonl") if e["event"] == "epoch_started"]
+    assert [w["host"] for w in epochs[-1]["assignment"]] == ["127.0.0.1"], epochs
