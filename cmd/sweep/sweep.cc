@@ -516,8 +516,18 @@ void Sweep::summary() {
                               : nlohmann::json()}});
 }
 
+// The first signal stops every trial's job (each stops its workers) and waits for them;
+// a second one does not wait: the jobs are killed at once (their workers die with their
+// daemons).
 void Sweep::interrupt(int sig) {
-  if (interrupted_) return;
+  signals_.async_wait([this](boost::system::error_code e, int again) {
+    if (!e) interrupt(again);
+  });
+  if (interrupted_) {
+    say("second signal: killing every trial's job now");
+    io_.stop();
+    return;
+  }
   interrupted_ = sig;
   say(fmt::format("interrupted by {}; stopping every trial (continue with --resume)", sig == SIGINT ? "SIGINT" : "SIGTERM"));
   bool any = false;

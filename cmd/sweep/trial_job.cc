@@ -24,8 +24,8 @@ TrialJob::~TrialJob() {
   boost::system::error_code ec;
   reports_.close(ec);
   events_timer_.cancel();
-  if (child_ && !child_->reaped()) child_->signal_group(SIGTERM);
-  // ChildProcess's destructor kills what is left (SIGKILL) and reaps it.
+  if (child_ && !child_->reaped()) child_->signal(SIGTERM);
+  // ChildProcess's destructor kills it (SIGKILL) if it is still there, and reaps it.
 }
 
 Result<std::unique_ptr<TrialJob>> TrialJob::start(asio::io_context& io, const TrialLaunch& launch, Callbacks cb) {
@@ -49,6 +49,10 @@ Result<std::unique_ptr<TrialJob>> TrialJob::start(asio::io_context& io, const Tr
   spec.in = ChildSpec::Stdio::null;
   spec.fds = {{1, out}, {2, out}, {3, theirs.native_handle()}};
   spec.death_signal = SIGTERM;  // the job then stops its workers
+  // In the sweep's process group (^C in a terminal reaches every job), not one of its
+  // own: killing the job must not kill its local daemons with it, which get their death
+  // signal (SIGTERM) instead, stop their workers and remove their shared memory.
+  spec.own_group = false;
   TrialJob* self = t.get();
   std::weak_ptr<char> alive = t->alive_;
   auto child = ChildProcess::start(io, spec, [self, alive](int, int status) {

@@ -3,8 +3,8 @@
 // --report-fd) and answered there, and its --events file followed.
 //
 // Lifetime: owned by the sweep; no callback runs after it is destroyed, and a callback
-// may destroy it. Destroying it with the job still running kills the job's process
-// group (the job's workers die with their daemons).
+// may destroy it. Destroying it with the job still running kills the job's elasticrun
+// (its daemons then stop their workers: their death signal).
 #pragma once
 
 #include "common/child_process.h"

@@ -355,3 +355,30 @@ def test_a_host_whose_daemon_is_lost_leaves_the_pool(job, tmp_path):
     assert steps.count(5) == 1, steps  # not from the first step again
     epochs = [e for e in read_jsonl(exp / "trials" / trial / "events.jsonl") if e["event"] == "epoch_started"]
     assert [w["host"] for w in epochs[-1]["assignment"]] == ["127.0.0.1"], epochs
+
+
+def test_a_second_sigint_kills_the_trials_at_once(job, tmp_path):
+    exp = tmp_path / "exp"
+    sp = space(tmp_path, {"lr": {"grid": [0.1, 0.01]}})
+    p = job.start(sweep_args(exp, sp, steps=2000, step_ms=50))
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not all(
+            (exp / "trials" / k / "results.jsonl").exists() for k in ("0000", "0001")):
+        time.sleep(0.05)
+    # The trials' jobs are stopped (SIGSTOP): they cannot act on the first signal's SIGTERM.
+    jobs = [int(d.name) for d in Path("/proc").iterdir() if d.name.isdigit() and
+            (d / "stat").exists() and int((d / "stat").read_text().rsplit(")", 1)[1].split()[1]) == p.pid]
+    assert len(jobs) == 2, jobs
+    for pid in jobs:
+        os.kill(pid, signal.SIGSTOP)
+    p.send_signal(signal.SIGINT)
+    time.sleep(1)
+    assert p.poll() is None, "the first signal did not wait for the trials' jobs"
+    t0 = time.monotonic()
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=30)
+    assert time.monotonic() - t0 < 5, "the second signal did not end the sweep at once"
+    assert p.returncode == 130, out + err
+    assert "second signal" in out
+    for pid in jobs:
+        assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1][:3]
