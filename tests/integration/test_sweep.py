@@ -382,3 +382,27 @@ def test_a_second_sigint_kills_the_trials_at_once(job, tmp_path):
     assert "second signal" in out
     for pid in jobs:
         assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1][:3]
+
+
+def test_every_rank_of_a_stopped_trial_stops_at_the_same_step_and_the_plot_shows_it(job, tmp_path):
+    exp = tmp_path / "exp"
+    sp = space(tmp_path, {"lr": {"grid": [0.1, 0.001, 1.0, 0.003]}})
+    r = job.run(sweep_args(exp, sp, "--scheduler", "asha", "--grace-period", "5", "--reduction-factor", "2",
+                           "--max-t", "40", "--trial-np", "2:2", steps=40), timeout=240)
+    assert r.returncode == 0, r.stdout + r.stderr
+    t = trials(exp)
+    stopped = [k for k, v in t.items() if v["status"]["state"] == "stopped"]
+    assert stopped, {k: v["status"]["state"] for k, v in t.items()}
+    for k in stopped:
+        found = re.findall(r"rank (\d) stopped at step (\d+) ", t[k]["output"])
+        assert sorted(found) == [("0", str(t[k]["results"][-1]["step"])), ("1", str(t[k]["results"][-1]["step"]))], \
+            t[k]["output"]
+    svg = tmp_path / "plot.svg"
+    p = subprocess.run(["/usr/bin/python3", ROOT / "scripts" / "sweep-plot", exp, "-o", svg], capture_output=True,
+                       text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    text = svg.read_text()
+    assert "<svg" in text and "stopped early" in text and "trial 0000 (best)" in text
+    bad = subprocess.run(["/usr/bin/python3", ROOT / "scripts" / "sweep-plot", exp, "-o", tmp_path / "plot.gif"],
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and ".png or .svg" in bad.stderr
