@@ -53,7 +53,9 @@ std::pair<double, double> q_range(const Param& p) {
 Param parse_domain(const std::string& name, const ojson& spec) {
   static const char* kDomains = "grid, choice, uniform, quniform, loguniform, randint";
   if (spec.size() != 1) fail(name, std::string("needs exactly one of ") + kDomains + ", got " + shown(spec));
-  const auto& [key, v] = *spec.items().begin();
+  // Not `*spec.items().begin()`: that names a temporary iterator, gone at the semicolon.
+  const std::string& key = spec.begin().key();
+  const ojson& v = spec.begin().value();
   Param p;
   p.name = name;
   if (key == "grid" || key == "choice") {
