@@ -72,8 +72,9 @@ def run_sweep(o, scheduler, workdir):
             t, slots = started.pop(e["trial"])
             slot_s += (e["t"] - t) * slots
     fin = ev[-1]
+    steps = sum(e["step"] for e in ev if e["event"] == "trial_ended")
     return {"best": fin["best"]["metric"], "slot_s": slot_s, "wall": wall, "util": fin["utilisation"],
-            "stopped": fin["stopped"], "configs": sampled(exp)}
+            "stopped": fin["stopped"], "steps": steps, "configs": sampled(exp)}
 
 
 def run_optuna(o, space_list):
@@ -86,6 +87,7 @@ def run_optuna(o, space_list):
     lock = threading.Lock()
     slot_s = [0.0]
     pruned = [0]
+    steps = [0]
 
     def objective(trial):
         cfg = {"lr": trial.suggest_float("lr", 1e-3, 1, log=True),
@@ -112,6 +114,7 @@ def run_optuna(o, space_list):
         p.wait()
         with lock:
             slot_s[0] += time.monotonic() - t0
+            steps[0] += r["step"] if last is not None else 0
         if prune:
             with lock:
                 pruned[0] += 1
@@ -122,7 +125,8 @@ def run_optuna(o, space_list):
     study.optimize(objective, n_trials=len(space_list), n_jobs=o.slots)
     wall = time.monotonic() - t0
     best = min(t.intermediate_values[max(t.intermediate_values)] for t in study.trials if t.intermediate_values)
-    return {"best": best, "slot_s": slot_s[0], "wall": wall, "util": float("nan"), "stopped": pruned[0]}
+    return {"best": best, "slot_s": slot_s[0], "wall": wall, "util": float("nan"), "stopped": pruned[0],
+            "steps": steps[0]}
 
 
 def main():
@@ -154,14 +158,14 @@ def main():
                     continue
                 results[name].append(r)
                 print(f"run {run} {name:6}: best {r['best']:.6f}  slot-s {r['slot_s']:7.2f}  wall {r['wall']:6.2f} s  "
-                      f"stopped {r['stopped']:2}  utilisation {r['util']:.3f}", flush=True)
+                      f"stopped {r['stopped']:2}  steps {r['steps']:5.0f}  utilisation {r['util']:.3f}", flush=True)
     med = {k: {m: statistics.median(x[m] for x in v) for m in v[0] if m != "configs"} for k, v in results.items() if v}
     print(f"\n{o.samples} trials, {o.slots} slots, 60 steps of {o.step_ms} ms, medians of {o.runs} runs\n")
-    print("| scheduler | best loss | slot-seconds | wall s | stopped early | utilisation |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: |")
+    print("| scheduler | best loss | slot-seconds | wall s | stopped early | steps run | utilisation |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
     for k, m in med.items():
         print(f"| {k} | {m['best']:.6f} | {m['slot_s']:.1f} | {m['wall']:.2f} | {m['stopped']:.0f} | "
-              f"{m['util']:.3f} |")
+              f"{m['steps']:.0f} | {m['util']:.3f} |")
     if {"fifo", "asha", "optuna"} <= med.keys():
         f, a, op = med["fifo"], med["asha"], med["optuna"]
         ratios = {"asha best / fifo best": (a["best"] / f["best"], "<= 1.01"),
