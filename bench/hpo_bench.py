@@ -11,6 +11,7 @@ the same at every step), --steps 60, a report every 5 steps, --step-ms per step.
 
   fifo    elasticrun sweep --scheduler fifo: every trial to the end
   asha    elasticrun sweep --scheduler asha --grace-period 5 --reduction-factor 3 --max-t 60
+  asha-strict  the same with --asha-rule strict (Optuna's rule at a rung)
   optuna  Debian's Optuna (python3-optuna) with its SuccessiveHalvingPruner (min_resource 5,
           reduction_factor 3), the same configurations enqueued, n_jobs = --slots threads,
           each trial the same program under `elasticrun -np 1 --report-fd`, its reports
@@ -54,8 +55,11 @@ def run_sweep(o, scheduler, workdir):
     args = [f"{o.build}/cmd/elasticrun", "sweep", "-H", f"127.0.0.1:{o.slots}", "--space", str(space),
             "--num-samples", str(o.samples), "--seed", str(o.seed), "--metric", "loss", "--dir", str(exp),
             "--events", str(events), "--scheduler", scheduler]
-    if scheduler == "asha":
+    if scheduler.startswith("asha"):
+        args = [a if a != scheduler else "asha" for a in args]
         args += ["--grace-period", "5", "--reduction-factor", "3", "--max-t", "60"]
+    if scheduler == "asha-strict":
+        args += ["--asha-rule", "strict"]
     args += ["--", f"{o.build}/examples/trial_objective", "--steps", "60", "--report-every", "5",
              "--step-ms", str(o.step_ms)]
     t0 = time.monotonic()
@@ -139,11 +143,11 @@ def main():
     p.add_argument("--build", default=str(ROOT / "build"))
     o = p.parse_args()
     space_list = None  # the configurations the sweeps drew (the same seed each run): Optuna gets these
-    results = {"fifo": [], "asha": [], "optuna": []}
+    results = {"fifo": [], "asha": [], "asha-strict": [], "optuna": []}
     failures = []
     with tempfile.TemporaryDirectory() as d:
         for run in range(o.runs):
-            for name in ("fifo", "asha", "optuna"):  # interleaved, run by run
+            for name in results:  # interleaved, run by run
                 w = Path(d) / f"run{run}"
                 w.mkdir(exist_ok=True)
                 try:
@@ -157,7 +161,7 @@ def main():
                     failures.append(f"run {run} {name}: {e}")
                     continue
                 results[name].append(r)
-                print(f"run {run} {name:6}: best {r['best']:.6f}  slot-s {r['slot_s']:7.2f}  wall {r['wall']:6.2f} s  "
+                print(f"run {run} {name:11}: best {r['best']:.6f}  slot-s {r['slot_s']:7.2f}  wall {r['wall']:6.2f} s  "
                       f"stopped {r['stopped']:2}  steps {r['steps']:5.0f}  utilisation {r['util']:.3f}", flush=True)
     med = {k: {m: statistics.median(x[m] for x in v) for m in v[0] if m != "configs"} for k, v in results.items() if v}
     print(f"\n{o.samples} trials, {o.slots} slots, 60 steps of {o.step_ms} ms, medians of {o.runs} runs\n")
@@ -166,13 +170,16 @@ def main():
     for k, m in med.items():
         print(f"| {k} | {m['best']:.6f} | {m['slot_s']:.1f} | {m['wall']:.2f} | {m['stopped']:.0f} | "
               f"{m['steps']:.0f} | {m['util']:.3f} |")
-    if {"fifo", "asha", "optuna"} <= med.keys():
-        f, a, op = med["fifo"], med["asha"], med["optuna"]
-        ratios = {"asha best / fifo best": (a["best"] / f["best"], "<= 1.01"),
-                  "asha slot-s / fifo slot-s": (a["slot_s"] / f["slot_s"], "<= 0.40"),
-                  "asha utilisation while waiting": (a["util"], ">= 0.90"),
-                  "asha wall / optuna wall": (a["wall"] / op["wall"], "<= 1.00"),
-                  "asha best / optuna best": (a["best"] / op["best"], "<= 1.00")}
+    if set(results) <= med.keys():
+        f, op = med["fifo"], med["optuna"]
+        ratios = {}
+        for name in ("asha", "asha-strict"):
+            a = med[name]
+            ratios.update({f"{name} best / fifo best": (a["best"] / f["best"], "<= 1.01"),
+                           f"{name} slot-s / fifo slot-s": (a["slot_s"] / f["slot_s"], "<= 0.40"),
+                           f"{name} utilisation while waiting": (a["util"], ">= 0.90"),
+                           f"{name} wall / optuna wall": (a["wall"] / op["wall"], "<= 1.00"),
+                           f"{name} best / optuna best": (a["best"] / op["best"], "<= 1.00")})
         print("\n| ratio | value | target |\n| --- | ---: | --- |")
         for k, (v, target) in ratios.items():
             print(f"| {k} | {v:.3f} | {target} |")

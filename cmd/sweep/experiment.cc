@@ -13,7 +13,7 @@ namespace elasticrun::sweep {
 
 namespace fs = std::filesystem;
 
-Result<void> write_file_atomically(const fs::path& path, const std::string& text) {
+Result<void> write_file_atomically(const fs::path& path, const std::string& text, bool sync) {
   fs::path tmp = path;
   tmp += ".tmp";
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -29,7 +29,7 @@ Result<void> write_file_atomically(const fs::path& path, const std::string& text
     }
     done += static_cast<std::size_t>(n);
   }
-  ::fsync(fd);
+  if (sync) ::fsync(fd);
   ::close(fd);
   if (::rename(tmp.c_str(), path.c_str()) != 0)
     return fail(fmt::format("cannot rename {} to {}: {}", tmp.string(), path.string(), std::strerror(errno)));
@@ -82,7 +82,7 @@ Result<Experiment> Experiment::create(const std::string& dir, const nlohmann::js
     return fail(fmt::format("{} already holds a sweep: give --resume to continue it, or another --dir", dir));
   Experiment x(dir);
   x.spec_ = spec;
-  if (auto ok = write_file_atomically(x.root_ / "sweep.json", spec.dump(2) + "\n"); !ok) return Failure{ok.error()};
+  if (auto ok = write_file_atomically(x.root_ / "sweep.json", spec.dump(2) + "\n", true); !ok) return Failure{ok.error()};
   return x;
 }
 
@@ -119,7 +119,7 @@ Result<void> Experiment::add_trial(const TrialRecord& t) {
   std::error_code ec;
   fs::create_directories(checkpoint_dir(t.id), ec);
   if (ec) return fail(fmt::format("cannot create {}: {}", checkpoint_dir(t.id).string(), ec.message()));
-  if (auto ok = write_file_atomically(trial_dir(t.id) / "params.json", t.config.dump(2) + "\n"); !ok) return ok;
+  if (auto ok = write_file_atomically(trial_dir(t.id) / "params.json", t.config.dump(2) + "\n", true); !ok) return ok;
   return save_trial(t);
 }
 

@@ -11,8 +11,9 @@
 //   EXP/trials/<id>/output.log    the trial job's output
 //   EXP/trials/<id>/hosts, hosts.sh   the trial's share of the pool, its discovery script
 //
-// Files that are rewritten are replaced whole (written aside, flushed, renamed), so a
-// kill at any moment leaves the old version or the new one.
+// Files that are rewritten are replaced whole (written aside, renamed), so a kill at any
+// moment leaves the old version or the new one; the definition and the parameters are
+// also flushed to the disk first.
 #pragma once
 
 #include "common/result.h"
@@ -69,7 +70,11 @@ class Experiment {
   std::vector<TrialRecord> trials_;
 };
 
-// Replaces `path` with `text`: written to a temporary name, flushed, renamed.
-Result<void> write_file_atomically(const std::filesystem::path& path, const std::string& text);
+// Replaces `path` with `text`: written to a temporary name, then renamed, so a reader
+// (or a sweep resumed after a kill) sees the old text or the new. With `sync`, flushed
+// to the disk before the rename (for what must survive the machine going down); files
+// rewritten at every report are not: a report waits for its answer, and the answer goes
+// out before they are written.
+Result<void> write_file_atomically(const std::filesystem::path& path, const std::string& text, bool sync = false);
 
 }  // namespace elasticrun::sweep

@@ -3,6 +3,7 @@
 #include "cmd/sweep/scheduler.h"
 
 #include <algorithm>
+#include <functional>
 #include <cmath>
 #include <cstdio>
 #include <limits>
@@ -176,6 +177,21 @@ std::vector<double> Asha::milestones() const {
   return out;
 }
 
+// The strict rule, with the trial's own value already recorded at the rung.
+Decision Asha::strict_decision(const Rung& rung, double metric) const {
+  const std::string where = "rung " + num(rung.milestone) + ": ";
+  if (!std::isfinite(metric)) return Decision::stop(where + "not a finite value");
+  std::vector<double> scores;
+  for (const auto& [id, m] : rung.recorded)
+    if (std::isfinite(m)) scores.push_back(score(m));
+  std::sort(scores.begin(), scores.end(), std::greater<>());
+  const auto keep = static_cast<std::size_t>(std::floor(static_cast<double>(scores.size()) / p_.reduction_factor));
+  const double bar = scores[keep == 0 ? 0 : keep - 1];
+  if (score(metric) >= bar) return Decision::go_on();
+  return Decision::stop(where + num(metric) + " not among the best " + std::to_string(std::max<std::size_t>(keep, 1)) +
+                        " of " + std::to_string(scores.size()));
+}
+
 std::optional<double> Asha::score_cutoff(const Rung& rung) const {
   std::vector<double> scores;
   for (const auto& [id, metric] : rung.recorded)
@@ -206,6 +222,7 @@ Decision Asha::record(const std::string& trial, double step, double metric) {
     if (step < rung.milestone || rung.recorded.count(trial)) continue;
     const auto cut = score_cutoff(rung);
     rung.recorded[trial] = metric;
+    if (p_.strict) return strict_decision(rung, metric);
     if (cut && score(metric) < *cut) {
       const double shown = mode() == Mode::min ? -*cut : *cut;
       return Decision::stop("rung " + num(rung.milestone) + ": " + num(metric) + " worse than cut-off " + num(shown));
@@ -252,12 +269,15 @@ std::unique_ptr<Scheduler> make_scheduler(const std::string& name, const nlohman
     return std::make_unique<Fifo>(mode);
   }
   if (name == "asha") {
-    ParamReader r("asha", params, {"grace_period", "reduction_factor", "max_t", "brackets"});
+    ParamReader r("asha", params, {"grace_period", "reduction_factor", "max_t", "brackets", "strict"});
     AshaParams p;
     p.grace_period = r.number("grace_period", p.grace_period);
     p.reduction_factor = r.number("reduction_factor", p.reduction_factor);
     p.max_t = r.number("max_t", p.max_t);
     const double brackets = r.number("brackets", 1);
+    const double strict = r.number("strict", 0);
+    r.check(strict == 0 || strict == 1, "strict needs 0 or 1, got " + num(strict));
+    p.strict = strict == 1;
     r.check(p.grace_period > 0, "grace_period needs > 0, got " + num(p.grace_period));
     r.check(p.reduction_factor > 1, "reduction_factor needs > 1, got " + num(p.reduction_factor));
     r.check(p.max_t >= p.grace_period,

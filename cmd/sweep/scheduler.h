@@ -130,6 +130,12 @@ class Fifo : public Scheduler {
 // stopped at max_t still counts at the rungs it skipped.
 struct AshaParams {
   double grace_period = 1, reduction_factor = 4, max_t = 100;  // Ray's defaults
+  // The rule at a rung. Ray's (default): stop when worse than the (1 - 1/rf) percentile of
+  // the values recorded there before; the first trial at a rung always goes on. Strict
+  // (Optuna's SuccessiveHalvingPruner, the ASHA paper's promotion): go on only when among
+  // the best floor(n/rf) of the n values recorded there, its own included, and while n < rf
+  // only as the best so far. Strict runs fewer steps of mediocre trials.
+  bool strict = false;
 };
 
 class Asha : public Scheduler {
@@ -151,6 +157,7 @@ class Asha : public Scheduler {
   void restore_own(const nlohmann::json& state) override;
   Decision record(const std::string& trial, double step, double metric);
   std::optional<double> score_cutoff(const Rung& rung) const;
+  Decision strict_decision(const Rung& rung, double metric) const;
 
   AshaParams p_;
   std::vector<Rung> rungs_;  // ascending milestones

@@ -322,37 +322,43 @@ void Sweep::start(Trial& t) {
   say(fmt::format("trial {} started on {} slots: {}", t.rec.id, pool_->size(t.rec.id), compact(t.rec.config)));
 }
 
+// Every rank of the trial waits for the answer: it goes out first, the records after.
 void Sweep::on_report(Trial& t, const nlohmann::json& r) {
   double step = r.value("step", -1.0);
   const auto& m = r.value("metrics", nlohmann::json::object());
-  nlohmann::json line = {{"step", r.value("step", nlohmann::json(step))}, {"metrics", m}, {"t", std::chrono::duration<double>(Clock::now() - start_).count()},
-                         {"size", r.value("size", 0)}};
-  (void)exp_->append_result(t.rec.id, line);
+  nlohmann::json line = {{"step", r.value("step", nlohmann::json(step))}, {"metrics", m},
+                         {"t", std::chrono::duration<double>(Clock::now() - start_).count()}, {"size", r.value("size", 0)}};
   if (!m.contains(metric_) || !m[metric_].is_number()) {
     ER_LOG(driver, warn, "trial {} reported step {} without the metric '{}'", t.rec.id, step, metric_);
-    return t.job->answer(static_cast<std::int64_t>(step), t.stopping);
+    t.job->answer(static_cast<std::int64_t>(step), t.stopping);
+    (void)exp_->append_result(t.rec.id, line);
+    return;
   }
   double v = m[metric_].get<double>();
   t.rec.last_step = step;
   t.rec.last_metric = v;
   if (!t.rec.best_metric || better(v, *t.rec.best_metric)) t.rec.best_metric = v;
   Decision d = t.stopping ? Decision::stop("") : scheduler_->on_result(t.rec.id, step, v);
-  (void)exp_->save_scheduler(scheduler_->state());
-  save(t);
-  events_.emit("trial_result", {{"trial", t.rec.id}, {"step", step}, {"metric", v}, {"workers", t.workers}});
-  if (d.action != Decision::Action::continue_ && !t.stopping) {
+  bool decided = d.action != Decision::Action::continue_ && !t.stopping;
+  if (decided) {
     t.stopping = true;
     t.completed = d.completed;
     t.stop_reason = d.reason;
-    if (d.action == Decision::Action::exploit) {
-      t.exploit = d;
-      events_.emit("trial_exploit", {{"trial", t.rec.id}, {"step", step}, {"source", d.source_trial}, {"config", d.new_config}});
-      say(fmt::format("trial {} at step {:g} continues from trial {} with {}", t.rec.id, step, d.source_trial, compact(d.new_config)));
-    } else {
-      events_.emit("trial_decision", {{"trial", t.rec.id}, {"step", step}, {"decision", "stop"}, {"reason", d.reason}});
-    }
+    if (d.action == Decision::Action::exploit) t.exploit = d;
   }
   t.job->answer(static_cast<std::int64_t>(step), t.stopping);
+  (void)exp_->append_result(t.rec.id, line);
+  (void)exp_->save_scheduler(scheduler_->state());
+  save(t);
+  events_.emit("trial_result", {{"trial", t.rec.id}, {"step", step}, {"metric", v}, {"workers", t.workers}});
+  if (!decided) return;
+  if (d.action == Decision::Action::exploit) {
+    events_.emit("trial_exploit", {{"trial", t.rec.id}, {"step", step}, {"source", d.source_trial}, {"config", d.new_config}});
+    say(fmt::format("trial {} at step {:g} continues from trial {} with {}", t.rec.id, step, d.source_trial,
+                    compact(d.new_config)));
+  } else {
+    events_.emit("trial_decision", {{"trial", t.rec.id}, {"step", step}, {"decision", "stop"}, {"reason", d.reason}});
+  }
 }
 
 void Sweep::on_event(Trial& t, const nlohmann::json& ev) {
@@ -412,7 +418,7 @@ void Sweep::on_exit(Trial& t, int status) {
     fs::copy(theirs, mine, fs::copy_options::recursive, ec);
     if (ec) fs::create_directories(mine, ec);
     t.rec.config = d.new_config;
-    (void)write_file_atomically(exp_->trial_dir(t.rec.id) / "params.json", t.rec.config.dump(2) + "\n");
+    (void)write_file_atomically(exp_->trial_dir(t.rec.id) / "params.json", t.rec.config.dump(2) + "\n", true);
     ++t.rec.restarts;
     t.rec.state = "pending";
     save(t);

@@ -31,6 +31,7 @@ po::options_description describe() {
       ("grace-period", po::value<double>(), "asha: first rung, in reported steps (default 1)")
       ("reduction-factor", po::value<double>(), "asha: keep the top 1/F at each rung (default 4)")
       ("max-t", po::value<double>(), "asha: a trial reaching this step is done (default 100)")
+      ("asha-rule", po::value<std::string>()->default_value("ray"), "asha: ray (cut-off at the (1-1/F) percentile of earlier values) or strict (only the best floor(n/F) of n go on, as Optuna)")
       ("perturbation-interval", po::value<double>(), "pbt: steps between exploit/explore decisions (required with pbt)")
       ("quantile-fraction", po::value<double>(), "pbt: bottom/top fraction of trials (default 0.25)")
       ("resample-probability", po::value<double>(), "pbt: chance a parameter is resampled, not perturbed (default 0.25)")
@@ -114,6 +115,12 @@ Result<SweepParse> parse_sweep_options(int argc, const char* const* argv) {
     for (auto& c : key)
       if (c == '-') c = '_';
     o.scheduler_params[key] = vm[p].as<double>();
+  }
+  std::string rule = vm["asha-rule"].as<std::string>();
+  if (rule != "ray" && rule != "strict") return fail(fmt::format("--asha-rule '{}': expected ray or strict", rule));
+  if (rule == "strict") {
+    if (o.scheduler != "asha") return fail("--asha-rule strict needs --scheduler asha");
+    o.scheduler_params["strict"] = 1;
   }
   auto np = parse_np_range(vm["trial-np"].as<std::string>());
   if (!np) return Failure{np.error()};

@@ -137,6 +137,8 @@ def test_sigkilled_sweep_resumes_without_running_finished_trials_again(job, tmp_
     (["--scheduler", "hyperband"], "--scheduler 'hyperband'"),
     (["--mode", "median"], "--mode 'median'"),
     (["--scheduler", "asha", "--reduction-factor", "1"], "reduction_factor"),
+    (["--asha-rule", "strict"], "--asha-rule strict needs --scheduler asha"),
+    (["--scheduler", "asha", "--asha-rule", "loose"], "--asha-rule 'loose'"),
 ])
 def test_bad_options_exit_2(job, tmp_path, args, message):
     r = job.run(["sweep", "--space", space(tmp_path, GRID12), "--metric", "loss", "--dir", tmp_path / "e", *args,

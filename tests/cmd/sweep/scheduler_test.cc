@@ -123,6 +123,27 @@ TEST(Asha, OwnValueIsNotPartOfTheCutoff) {
   EXPECT_NEAR(*static_cast<Asha&>(*s).cutoff(0), 1.9, 1e-12);
 }
 
+// The strict rule (Optuna's SuccessiveHalvingPruner): at a rung with n values recorded, the
+// trial's own included, only the best floor(n/rf) go on, and while n < rf only the best so
+// far. Min mode, rf = 3, one rung at step 5; Ray's rule decides t4 the other way.
+TEST(Asha, StrictRuleKeepsOnlyTheBestFloorNOverRf) {
+  auto s = make_scheduler("asha", {{"grace_period", 5}, {"reduction_factor", 3}, {"max_t", 10}, {"strict", 1}},
+                          Space{}, Mode::min, 1);
+  add(*s, {"t1", "t2", "t3", "t4", "t5", "t6"});
+  EXPECT_EQ(s->on_result("t1", 5, 1.0).action, kGo);    // n=1: the best so far
+  EXPECT_EQ(s->on_result("t2", 5, 2.0).action, kStop);  // n=2: not the best
+  EXPECT_EQ(s->on_result("t3", 5, 0.5).action, kGo);    // n=3, keep 1: the best
+  EXPECT_EQ(s->on_result("t4", 5, 0.8).action, kStop);  // n=4, keep 1 (0.5)
+  EXPECT_EQ(s->on_result("t5", 5, 0.5).action, kGo);    // n=5, keep 1: ties the best
+  EXPECT_EQ(s->on_result("t6", 5, 0.45).action, kGo);   // n=6, keep 2 (0.45, 0.5)
+  auto ray = asha(Mode::min, 5, 3, 10);
+  add(*ray, {"t1", "t2", "t3", "t4"});
+  for (auto [id, v] : {std::pair{"t1", 1.0}, {"t2", 2.0}, {"t3", 0.5}}) ray->on_result(id, 5, v);
+  // Ray: the 66.7th percentile of the negated [1, 2, 0.5] is -0.833; -0.8 is not below it.
+  EXPECT_EQ(ray->on_result("t4", 5, 0.8).action, kGo);
+  EXPECT_THROW(make_scheduler("asha", {{"strict", 2}}, Space{}, Mode::min, 1), SchedulerError);
+}
+
 TEST(Asha, AJumpRecordsOnlyAtTheHighestRungReached) {
   auto s = asha(Mode::min, 1, 2, 100);  // rungs 1 2 4 8 16 32 64
   auto& a = static_cast<Asha&>(*s);
@@ -302,7 +323,7 @@ TEST(Scheduler, FactoryErrorsSayWhichParameterAndWhy) {
   EXPECT_EQ(error("hyperband", nullptr), "unknown scheduler \"hyperband\" (expected fifo, asha, pbt)");
   EXPECT_EQ(error("fifo", {{"x", 1}}), "fifo: unknown parameter \"x\" (it takes none)");
   EXPECT_EQ(error("asha", {{"grace", 1}}),
-            "asha: unknown parameter \"grace\" (expected grace_period, reduction_factor, max_t, brackets)");
+            "asha: unknown parameter \"grace\" (expected grace_period, reduction_factor, max_t, brackets, strict)");
   EXPECT_EQ(error("asha", {{"max_t", "10"}}), "asha: max_t needs a number, got \"10\"");
   EXPECT_EQ(error("asha", {{"grace_period", 0}}), "asha: grace_period needs > 0, got 0");
   EXPECT_EQ(error("asha", {{"reduction_factor", 1}}), "asha: reduction_factor needs > 1, got 1");
