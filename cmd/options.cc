@@ -302,16 +302,21 @@ Result<ParseOutcome> parse_options(int argc, const char* const* argv) {
   if (vm.count("log-level")) o.log_level = vm["log-level"].as<std::string>();
   o.env = forwarded_environment();
   if (vm.count("env")) {
-    for (const auto& v : vm["env"].as<std::vector<std::string>>()) {
-      if (v.empty() || v[0] == '=') return fail(fmt::format("-x '{}': expected VAR or VAR=VALUE", v));
-      if (v.find('=') != std::string::npos) {
-        o.env.push_back(v);
-      } else if (const char* val = std::getenv(v.c_str())) {
-        o.env.push_back(v + "=" + val);
-      }
-    }
+    auto given = env_entries(vm["env"].as<std::vector<std::string>>());
+    if (!given) return Failure{given.error()};
+    o.env.insert(o.env.end(), given->begin(), given->end());
   }
   return out.options = std::move(o), out;
+}
+
+Result<std::vector<std::string>> env_entries(const std::vector<std::string>& given) {
+  std::vector<std::string> out;
+  for (const auto& v : given) {
+    if (v.empty() || v[0] == '=') return fail(fmt::format("-x '{}': expected VAR or VAR=VALUE", v));
+    if (v.find('=') != std::string::npos) out.push_back(v);
+    else if (const char* val = std::getenv(v.c_str())) out.push_back(v + "=" + val);
+  }
+  return out;
 }
 
 }  // namespace elasticrun::cmd

@@ -58,6 +58,9 @@ struct ParseOutcome {
 };
 
 Result<ParseOutcome> parse_options(int argc, const char* const* argv);
+// -x's values as KEY=VALUE: VAR=VALUE as given, VAR with this process's value (left out
+// when unset).
+Result<std::vector<std::string>> env_entries(const std::vector<std::string>& given);
 std::string usage();
 
 }  // namespace elasticrun::cmd

@@ -1,12 +1,13 @@
 #include "cmd/sweep/sweep_options.h"
 
+#include "cmd/options.h"
+
 #include "common/cli.h"
 
 #include <boost/program_options.hpp>
 #include <fmt/format.h>
 
 #include <charconv>
-#include <cstdlib>
 #include <sstream>
 
 namespace elasticrun::sweep {
@@ -152,11 +153,9 @@ Result<SweepParse> parse_sweep_options(int argc, const char* const* argv) {
   if (vm.count("events")) o.events_file = vm["events"].as<std::string>();
   if (vm.count("log-level")) o.log_level = vm["log-level"].as<std::string>();
   if (vm.count("env")) {
-    for (const auto& v : vm["env"].as<std::vector<std::string>>()) {
-      if (v.empty() || v[0] == '=') return fail(fmt::format("-x '{}': expected VAR or VAR=VALUE", v));
-      if (v.find('=') != std::string::npos) o.env.push_back(v);
-      else if (const char* val = std::getenv(v.c_str())) o.env.push_back(v + "=" + val);
-    }
+    auto given = cmd::env_entries(vm["env"].as<std::vector<std::string>>());
+    if (!given) return Failure{given.error()};
+    o.env = std::move(*given);
   }
   if (vm.count("trial-arg")) o.trial_args = vm["trial-arg"].as<std::vector<std::string>>();
   out.options = std::move(o);

@@ -39,6 +39,13 @@ def trials(exp):
     return out
 
 
+def wait_for_reports(exp, ids, timeout=60):
+    """Until every trial named has reported once."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and not all((exp / "trials" / k / "results.jsonl").exists() for k in ids):
+        time.sleep(0.05)
+
+
 def sweep_args(exp, sp, *extra, steps=30, every=5, step_ms=20):
     return ["sweep", "-H", POOL, "--space", sp, "--metric", "loss", "--dir", exp, *extra, "--",
             TRIAL, "--steps", steps, "--report-every", every, "--step-ms", step_ms]
@@ -238,10 +245,7 @@ def test_sigint_stops_every_trial_and_resume_finishes_them(job, tmp_path):
     exp = tmp_path / "exp"
     sp = space(tmp_path, {"lr": {"grid": [0.1, 0.01]}})
     p = job.start(sweep_args(exp, sp, steps=200, step_ms=50))
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and not all(
-            (exp / "trials" / k / "results.jsonl").exists() for k in ("0000", "0001")):
-        time.sleep(0.05)
+    wait_for_reports(exp, ("0000", "0001"))
     p.send_signal(signal.SIGINT)
     out, err = p.communicate(timeout=60)
     assert p.returncode == 130, out + err
@@ -363,10 +367,7 @@ def test_a_second_sigint_kills_the_trials_at_once(job, tmp_path):
     exp = tmp_path / "exp"
     sp = space(tmp_path, {"lr": {"grid": [0.1, 0.01]}})
     p = job.start(sweep_args(exp, sp, steps=2000, step_ms=50))
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and not all(
-            (exp / "trials" / k / "results.jsonl").exists() for k in ("0000", "0001")):
-        time.sleep(0.05)
+    wait_for_reports(exp, ("0000", "0001"))
     # The trials' jobs are stopped (SIGSTOP): they cannot act on the first signal's SIGTERM.
     jobs = [int(d.name) for d in Path("/proc").iterdir() if d.name.isdigit() and
             (d / "stat").exists() and int((d / "stat").read_text().rsplit(")", 1)[1].split()[1]) == p.pid]
