@@ -1,26 +1,15 @@
 #include "cmd/sweep/sweep.h"
 
-#include "cmd/events.h"
 #include "cmd/exit_codes.h"
-#include "cmd/sweep/experiment.h"
-#include "cmd/sweep/pool.h"
-#include "cmd/sweep/scheduler.h"
-#include "cmd/sweep/space.h"
-#include "cmd/sweep/trial_job.h"
+#include "cmd/sweep/driver.h"
 #include "common/log.h"
-#include "discovery/host_source.h"
 
-#include <boost/asio/io_context.hpp>
-#include <boost/asio/signal_set.hpp>
-#include <boost/asio/steady_timer.hpp>
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <csignal>
 #include <cstdio>
 #include <fstream>
-#include <map>
-#include <set>
 #include <sstream>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -33,31 +22,12 @@ namespace {
 namespace asio = boost::asio;
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
-using Clock = std::chrono::steady_clock;
-
-std::string read_text(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw SpaceError(fmt::format("cannot read the space file {}", path));
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 // 'it''s' for a /bin/sh script.
 std::string shell_quote(const std::string& s) {
   std::string out = "'";
   for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
   return out + "'";
-}
-
-std::string compact(const nlohmann::json& config) {
-  std::string out;
-  for (const auto& [k, v] : config.items()) {
-    if (!out.empty()) out += " ";
-    std::string val = v.is_number_float() ? fmt::format("{:.4g}", v.get<double>()) : v.dump();
-    out += k + "=" + val;
-  }
-  return out;
 }
 
 // How many times a trial starts again after its job ended with a failed host.
@@ -68,173 +38,12 @@ std::string describe_status(int status) {
   return fmt::format("exited with code {}", WEXITSTATUS(status));
 }
 
-class Sweep {
- public:
-  Sweep(asio::io_context& io, SweepOptions o) : io_(io), o_(std::move(o)), signals_(io, SIGINT, SIGTERM), tick_(io) {}
-  int run();
-
- private:
-  struct Trial {
-    TrialRecord rec;
-    std::unique_ptr<TrialJob> job;
-    int workers = 0;             // in its latest epoch
-    bool stopping = false;       // the scheduler stopped it: exit 0 means "stopped"
-    bool completed = false;      // ... because it used its whole budget: "finished"
-    std::string stop_reason;
-    std::string last_failure;  // the latest host its job blacklisted, and why
-    std::string fail_reason;   // the sweep ended its job: it is failed for this
-    bool lost_host = false;    // a host of its share failed under it
-    std::optional<Decision> exploit;  // pbt: continue from another trial once it stopped
-    Clock::time_point started{};
-  };
-
-  Result<void> prepare();
-  void schedule();
-  void set_pool(const std::vector<discovery::Host>& hosts);
-  void start(Trial& t);
-  void write_share(Trial& t);
-  void on_report(Trial& t, const nlohmann::json& r);
-  void on_event(Trial& t, const nlohmann::json& ev);
-  void on_exit(Trial& t, int status);
-  void end_trial(Trial& t, const std::string& state, const std::string& why);
-  void interrupt(int sig);
-  void save(const Trial& t);
-  void say(const std::string& line);
-  void render();
-  void account_usage();
-  void summary();
-  std::vector<std::string> ranking() const;
-  bool better(double a, double b) const { return maximize_ ? a > b : a < b; }
-  Trial* find(const std::string& id);
-
-  asio::io_context& io_;
-  SweepOptions o_;
-  std::optional<Experiment> exp_;
-  Space space_;
-  std::unique_ptr<Scheduler> scheduler_;
-  std::unique_ptr<Pool> pool_;
-  std::unique_ptr<discovery::HostWatcher> watcher_;
-  std::vector<Trial> trials_;
-  std::string metric_;
-  bool maximize_ = false;
-  int min_np_ = 1, max_np_ = 1;
-  std::vector<std::string> command_;
-  cmd::EventLog events_;
-  asio::signal_set signals_;
-  asio::steady_timer tick_;
-  bool tty_ = false;
-  int table_lines_ = 0;
-  int exit_code_ = -1;
-  int interrupted_ = 0;
-  Clock::time_point start_ = Clock::now();
-  UsageMeter usage_;
-  std::string self_;
-};
+}  // namespace
 
 Sweep::Trial* Sweep::find(const std::string& id) {
   for (auto& t : trials_)
     if (t.rec.id == id) return &t;
   return nullptr;
-}
-
-// Reads or creates the experiment, its trials and the scheduler.
-Result<void> Sweep::prepare() {
-  nlohmann::json spec;
-  if (o_.resume) {
-    auto x = Experiment::open(o_.dir);
-    if (!x) return Failure{x.error()};
-    exp_.emplace(std::move(*x));
-    spec = exp_->spec();
-  } else {
-    std::string text;
-    try {
-      text = read_text(o_.space_file);
-      space_ = parse_space(text);
-    } catch (const SpaceError& e) {
-      return fail(fmt::format("{}: {}", o_.space_file, e.what()));
-    }
-    spec = {{"space", nlohmann::json::parse(text)}, {"seed", o_.seed}, {"scheduler", o_.scheduler},
-            {"scheduler_params", o_.scheduler_params}, {"metric", o_.metric}, {"mode", o_.maximize ? "max" : "min"},
-            {"num_samples", o_.num_samples}, {"trial_np", {o_.trial_min_np, o_.trial_max_np}},
-            {"command", o_.command}};
-    // Checked before anything is written: a bad scheduler parameter leaves no experiment.
-    try {
-      make_scheduler(o_.scheduler, o_.scheduler_params, space_, o_.maximize ? Mode::max : Mode::min, o_.seed);
-    } catch (const std::exception& e) {
-      return fail(fmt::format("--scheduler {}: {}", o_.scheduler, e.what()));
-    }
-    auto x = Experiment::create(o_.dir, spec);
-    if (!x) return Failure{x.error()};
-    exp_.emplace(std::move(*x));
-  }
-  try {
-    space_ = parse_space(spec.at("space").dump());
-    metric_ = spec.at("metric").get<std::string>();
-    maximize_ = spec.at("mode").get<std::string>() == "max";
-    min_np_ = spec.at("trial_np")[0].get<int>();
-    max_np_ = spec.at("trial_np")[1].get<int>();
-    command_ = spec.at("command").get<std::vector<std::string>>();
-    scheduler_ = make_scheduler(spec.at("scheduler").get<std::string>(), spec.at("scheduler_params"), space_,
-                                maximize_ ? Mode::max : Mode::min, spec.at("seed").get<std::uint64_t>());
-  } catch (const std::exception& e) {
-    return fail(fmt::format("{}/sweep.json: {}", o_.dir, e.what()));
-  }
-  if (o_.resume) {
-    for (auto& r : exp_->trials()) {
-      Trial t;
-      t.rec = r;
-      // A trial that was running when the sweep was killed continues from its checkpoint.
-      if (t.rec.state == "running") t.rec.state = "pending", ++t.rec.restarts;
-      trials_.push_back(std::move(t));
-    }
-    if (auto st = exp_->scheduler_state()) {
-      try {
-        scheduler_->restore(*st);
-      } catch (const std::exception& e) {
-        return fail(fmt::format("{}/scheduler.json: {}", o_.dir, e.what()));
-      }
-    } else {
-      for (auto& t : trials_) scheduler_->on_trial_added(t.rec.id, t.rec.config);
-    }
-  } else {
-    auto configs = sample(space_, o_.num_samples, o_.seed);
-    int width = std::max<int>(4, static_cast<int>(std::to_string(configs.size()).size()));
-    for (std::size_t i = 0; i < configs.size(); ++i) {
-      Trial t;
-      t.rec.id = fmt::format("{:0{}}", i, width);
-      t.rec.config = configs[i];
-      if (auto ok = exp_->add_trial(t.rec); !ok) return ok;
-      scheduler_->on_trial_added(t.rec.id, t.rec.config);
-      trials_.push_back(std::move(t));
-    }
-    if (auto ok = exp_->save_scheduler(scheduler_->state()); !ok) return ok;
-  }
-  return {};
-}
-
-// Trials by their best metric so far, best first; trials without one last.
-std::vector<std::string> Sweep::ranking() const {
-  std::vector<const Trial*> v;
-  for (const auto& t : trials_) v.push_back(&t);
-  std::stable_sort(v.begin(), v.end(), [&](const Trial* a, const Trial* b) {
-    if (a->rec.best_metric.has_value() != b->rec.best_metric.has_value()) return a->rec.best_metric.has_value();
-    return a->rec.best_metric && better(*a->rec.best_metric, *b->rec.best_metric);
-  });
-  std::vector<std::string> out;
-  for (const auto* t : v) out.push_back(t->rec.id);
-  return out;
-}
-
-// The pool follows the host list; a trial that loses slots shrinks (its elastic job
-// follows its new discovery output), one below its MIN waits in its job for slots.
-void Sweep::set_pool(const std::vector<discovery::Host>& hosts) {
-  std::set<std::string> listed;
-  for (const auto& h : hosts) {
-    listed.insert(h.name);
-    pool_->set_host(h.name, h.slots);
-  }
-  for (const auto& h : pool_->hosts())
-    if (!listed.count(h)) pool_->remove_host(h);
 }
 
 // Starts what fits, then hands the spare slots to running trials, best first.
@@ -463,65 +272,6 @@ void Sweep::save(const Trial& t) {
   if (auto ok = exp_->save_trial(t.rec); !ok) ER_LOG(driver, error, "{}", ok.error());
 }
 
-// Plain lines when the output is not a terminal; on one, the table is redrawn below them.
-void Sweep::say(const std::string& line) {
-  if (tty_ && table_lines_ > 0) fmt::print("\x1b[{}A\x1b[J", table_lines_), table_lines_ = 0;
-  fmt::print("{}\n", line);
-  std::fflush(stdout);
-  if (tty_) render();
-}
-
-void Sweep::render() {
-  if (!tty_) return;
-  std::string out;
-  if (table_lines_ > 0) out += fmt::format("\x1b[{}A\x1b[J", table_lines_);
-  std::optional<double> best;
-  for (const auto& t : trials_)
-    if (t.rec.best_metric && (!best || better(*t.rec.best_metric, *best))) best = t.rec.best_metric;
-  int lines = 0;
-  out += fmt::format("{:<6} {:<9} {:>7} {:>8} {:>12} {:>12}  {}\n", "trial", "state", "workers", "step", metric_,
-                     "best", "parameters");
-  ++lines;
-  for (const auto& t : trials_) {
-    if (t.rec.done() && lines > 20) continue;
-    out += fmt::format("{:<6} {:<9} {:>7} {:>8} {:>12} {:>12}  {}\n", t.rec.id, t.rec.state,
-                       t.job ? std::to_string(t.workers) : "", t.rec.last_step >= 0 ? fmt::format("{:g}", t.rec.last_step) : "",
-                       t.rec.last_metric ? fmt::format("{:.6g}", *t.rec.last_metric) : "",
-                       t.rec.best_metric ? fmt::format("{:.6g}", *t.rec.best_metric) : "", compact(t.rec.config));
-    ++lines;
-  }
-  out += fmt::format("best {} so far: {}\n", metric_, best ? fmt::format("{:.6g}", *best) : "-");
-  ++lines;
-  fmt::print("{}", out);
-  std::fflush(stdout);
-  table_lines_ = lines;
-}
-
-void Sweep::summary() {
-  const Trial* best = nullptr;
-  int counts[4] = {0, 0, 0, 0};
-  for (const auto& t : trials_) {
-    counts[0] += t.rec.state == "finished";
-    counts[1] += t.rec.state == "stopped";
-    counts[2] += t.rec.state == "failed";
-    counts[3] += !t.rec.done();
-    if (t.rec.best_metric && (!best || better(*t.rec.best_metric, *best->rec.best_metric))) best = &t;
-  }
-  account_usage();
-  double util = usage_.utilisation_while_waiting();
-  fmt::print("sweep: {} trials: {} finished, {} stopped early, {} failed{}; pool utilisation {:.0f}%\n", trials_.size(),
-             counts[0], counts[1], counts[2], counts[3] ? fmt::format(", {} unfinished", counts[3]) : "", util * 100);
-  if (best)
-    fmt::print("best trial {}: {} = {:.6g} at step {:g}; parameters {}\n", best->rec.id, metric_,
-               *best->rec.best_metric, best->rec.last_step, best->rec.config.dump());
-  events_.emit("sweep_finished",
-               {{"trials", trials_.size()}, {"finished", counts[0]}, {"stopped", counts[1]}, {"failed", counts[2]},
-                {"unfinished", counts[3]}, {"utilisation", util},
-                {"best", best ? nlohmann::json{{"trial", best->rec.id}, {"metric", *best->rec.best_metric},
-                                               {"config", best->rec.config}}
-                              : nlohmann::json()}});
-}
-
 // The first signal stops every trial's job (each stops its workers) and waits for them;
 // a second one does not wait: the jobs are killed at once (their workers die with their
 // daemons).
@@ -603,8 +353,6 @@ int Sweep::run() {
                             [](const Trial& t) { return t.rec.state == "finished" || t.rec.state == "stopped"; });
   return any_ok ? 0 : cmd::exit_code::kWorkerFailed;
 }
-
-}  // namespace
 
 int run_sweep(SweepOptions options) {
   asio::io_context io;

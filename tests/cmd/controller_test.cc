@@ -2,6 +2,7 @@
 // Each test feeds events at chosen times and reads the commands that come out, as the
 // driver would carry them out.
 #include "cmd/controller.h"
+#include "tests/cmd/controller_fixture.h"
 
 #include "cmd/exit_codes.h"
 
@@ -11,84 +12,6 @@
 
 namespace elasticrun::cmd {
 namespace {
-
-using namespace std::chrono_literals;
-using discovery::Host;
-
-TimePoint t0() { return TimePoint{} + 1000s; }
-
-// A controller and everything it has said so far.
-struct Driver {
-  explicit Driver(ControllerConfig cfg) : c(std::move(cfg)) {}
-
-  // Takes the commands queued since the last call.
-  std::vector<Command> drain() {
-    std::vector<Command> out;
-    while (auto x = c.take()) out.push_back(std::move(*x));
-    return out;
-  }
-  template <class T>
-  static std::vector<T> only(const std::vector<Command>& cmds) {
-    std::vector<T> out;
-    for (const auto& x : cmds)
-      if (auto* p = std::get_if<T>(&x)) out.push_back(*p);
-    return out;
-  }
-  static std::vector<std::string> events(const std::vector<Command>& cmds) {
-    std::vector<std::string> out;
-    for (const auto& e : only<command::Emit>(cmds)) out.push_back(e.event);
-    return out;
-  }
-  static std::string said(const std::vector<Command>& cmds) {
-    std::string out;
-    for (const auto& s : only<command::Say>(cmds)) out += s.text + "\n";
-    return out;
-  }
-
-  // Every worker of the current epoch started and joined.
-  void start_and_join_all() {
-    const auto& a = c.assignment();
-    for (const auto& w : a.workers) {
-      c.worker_started(w.host, static_cast<std::uint32_t>(w.slot), pid_of(w));
-      c.worker_joined(w, a.epoch);
-    }
-  }
-  // A pid that names host, slot and the epoch the worker started in: 'b', slot 1,
-  // epoch 1 is 98111.
-  int pid_of(const rendezvous::WorkerPlace& w) const {
-    return 100 + w.slot + 10 * static_cast<int>(w.started_epoch) + static_cast<int>(w.host[0]) * 1000;
-  }
-  rendezvous::WorkerPlace place(const std::string& host, int slot) const {
-    const auto* w = c.assignment().find(host, slot);
-    EXPECT_NE(w, nullptr) << host << ":" << slot;
-    return w ? *w : rendezvous::WorkerPlace{};
-  }
-  msg::Exited exit_of(const std::string& host, int slot, int code, int sig = 0) const {
-    auto w = place(host, slot);
-    return msg::Exited{static_cast<std::uint32_t>(slot), static_cast<std::uint32_t>(pid_of(w)), code, sig};
-  }
-
-  EpochController c;
-};
-
-ControllerConfig fixed(int np) {
-  ControllerConfig cfg;
-  cfg.np = np;
-  cfg.start_timeout = 60s;
-  return cfg;
-}
-
-ControllerConfig elastic(int min_np, int max_np = 0) {
-  ControllerConfig cfg;
-  cfg.elastic = true;
-  cfg.np = min_np;
-  cfg.min_np = min_np;
-  cfg.max_np = max_np;
-  cfg.start_timeout = 60s;
-  cfg.rendezvous_timeout = 30s;
-  cfg.elastic_timeout = 100s;
-  return cfg;
-}
 
 TEST(Controller, FixedJobStartsEveryWorkerAndEndsWhenAllExitZero) {
   Driver d(fixed(3));
@@ -404,84 +327,6 @@ TEST(Controller, APlaceListedAgainWaitsForItsStoppingWorker) {
   // The old process's rendezvous connection closing later is not the new worker's.
   d.c.worker_lost(rendezvous::WorkerPlace{"b", 0, 1, 0, 1, 0, 2, 1}, t0() + 4s);
   EXPECT_TRUE(Driver::only<command::StartEpoch>(d.drain()).empty());
-}
-
-// A new epoch that starts during the last step: a worker whose part of the last
-// collective completed exits 0 without joining it, while the peer interrupted by it
-// waits in re-join. The survivors finish the job among themselves; no worker starts.
-TEST(Controller, AWorkerFinishingDuringANewEpochLeavesTheSurvivorsToFinish) {
-  Driver d(elastic(2));
-  d.c.use_hosts({{"a", 1}, {"b", 1}, {"c", 1}}, t0());
-  d.start_and_join_all();
-  auto a_done = d.exit_of("a", 0, 0);
-  d.c.hosts_changed({{"a", 1}, {"b", 1}}, t0() + 1s);  // c removed: epoch 2
-  ASSERT_EQ(d.c.assignment().epoch, 2u);
-  d.drain();
-  d.c.worker_joined(d.place("b", 0), 2);  // b was interrupted and re-joins
-  d.c.worker_exited("a", a_done, t0() + 2s);  // a had finished in epoch 1
-  auto cmds = d.drain();
-  EXPECT_NE(Driver::said(cmds).find("a worker finished before epoch 2 formed; the 1 remaining worker finish"),
-            std::string::npos)
-      << Driver::said(cmds);
-  EXPECT_TRUE(Driver::only<command::Spawn>(cmds).empty());
-  auto starts = Driver::only<command::StartEpoch>(cmds);
-  ASSERT_EQ(starts.size(), 1u);
-  ASSERT_EQ(starts[0].assignment.size(), 1);  // fewer than --min-np: the job is ending
-  EXPECT_EQ(starts[0].assignment.workers[0].host, "b");
-  EXPECT_EQ(starts[0].assignment.workers[0].rank, 0);
-  EXPECT_EQ(starts[0].kind, msg::NotifyKind::abort);
-  d.c.worker_joined(d.place("b", 0), 3);
-  d.c.worker_exited("b", d.exit_of("b", 0, 0), t0() + 3s);
-  ASSERT_TRUE(d.c.finished());
-  EXPECT_EQ(d.c.exit_code(), exit_code::kOk);
-}
-
-// A worker that fails after another finished: the rest finish without it. Members that
-// never held the job's state (started for an epoch that never formed) are stopped, not
-// made rank 0.
-TEST(Controller, AFailureAfterAWorkerFinishedLeavesTheSurvivorsHoldingStateToFinish) {
-  Driver d(elastic(1));
-  d.c.use_hosts({{"a", 1}, {"b", 1}, {"c", 1}}, t0());
-  d.start_and_join_all();
-  d.c.hosts_changed({{"a", 1}, {"b", 1}, {"c", 1}, {"n", 1}}, t0() + 1s);  // epoch 2 adds n
-  ASSERT_EQ(d.c.assignment().epoch, 2u);
-  d.c.worker_started("n", 0, d.pid_of(d.place("n", 0)));
-  d.c.worker_joined(d.place("n", 0), 2);
-  d.c.worker_joined(d.place("c", 0), 2);
-  d.drain();
-  d.c.worker_exited("a", d.exit_of("a", 0, 0), t0() + 2s);  // finished in epoch 1
-  ASSERT_EQ(d.c.assignment().epoch, 3u);
-  auto cmds = d.drain();
-  auto starts = Driver::only<command::StartEpoch>(cmds);
-  ASSERT_EQ(starts.size(), 1u);
-  std::vector<std::string> hosts;
-  for (const auto& w : starts[0].assignment.workers) hosts.push_back(w.host);
-  EXPECT_EQ(hosts, (std::vector<std::string>{"b", "c"}));
-  auto sigs = Driver::only<command::Signal>(cmds);
-  ASSERT_EQ(sigs.size(), 1u);
-  EXPECT_EQ(sigs[0].place, (Place{"n", 0}));
-  EXPECT_EQ(sigs[0].signal, SIGTERM);
-  // c fails before epoch 3 ran: b finishes alone.
-  d.c.worker_exited("c", d.exit_of("c", 0, 1), t0() + 3s);
-  ASSERT_EQ(d.c.assignment().epoch, 4u);
-  ASSERT_EQ(d.c.assignment().size(), 1);
-  EXPECT_EQ(d.c.assignment().workers[0].host, "b");
-  d.c.worker_exited("b", d.exit_of("b", 0, 0), t0() + 4s);
-  ASSERT_TRUE(d.c.finished());
-  EXPECT_EQ(d.c.exit_code(), exit_code::kOk);
-}
-
-TEST(Controller, NoSurvivorHoldingStateToFinishEndsTheJob) {
-  Driver d(elastic(1));
-  d.c.use_hosts({{"a", 1}, {"b", 1}}, t0());
-  d.start_and_join_all();
-  d.c.worker_exited("a", d.exit_of("a", 0, 0), t0() + 1s);
-  EXPECT_FALSE(d.c.finished());  // b follows
-  d.c.worker_exited("b", d.exit_of("b", 0, 1), t0() + 2s);
-  ASSERT_TRUE(d.c.finished());
-  EXPECT_EQ(d.c.exit_code(), exit_code::kWorkerFailed);
-  EXPECT_NE(Driver::said(d.drain()).find("no surviving worker holds committed state to finish the job (rank 1"),
-            std::string::npos);
 }
 
 TEST(Controller, NothingHappensAfterTheEnd) {
