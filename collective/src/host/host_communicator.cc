@@ -23,16 +23,41 @@ std::string env_or(const char* name, const char* fallback) {
   return v && *v ? v : fallback;
 }
 
+// A world of one has no peer: every collective is a local copy or nothing. It gets no
+// UCX context (whose start-up is about 12 ms of a one-rank job's); an algorithm that
+// tried to reach a peer would get an error, not a hang.
+class SelfTransport final : public Transport {
+ public:
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  Request isend(int peer, std::uint64_t, const void*, std::size_t) override { return none("send to", peer); }
+  Request irecv(int peer, std::uint64_t, void*, std::size_t) override { return none("receive from", peer); }
+  void wait(std::span<Request> reqs, Clock::time_point, const char*) override {
+    if (!reqs.empty()) throw Error("self transport: nothing to wait for in a world of one");
+  }
+  void cancel_all() override {}
+
+ private:
+  static Request none(const char* what, int peer) {
+    throw Error(std::string("self transport: ") + what + " rank " + std::to_string(peer) + " in a world of one");
+  }
+};
+
 class HostCommunicator final : public elasticrun::Communicator {
  public:
   HostCommunicator(const HostCommConfig& cfg, std::shared_ptr<Store> store, std::shared_ptr<AbortSignal> abort)
       : cfg_(cfg), store_(store), abort_(abort) {
+    blocking_ = resolve_progress(cfg) == Progress::block;
+    if (cfg.size == 1) {
+      tp_ = std::make_unique<SelfTransport>();
+      return;
+    }
     UcxTransport::Options o;
     o.rank = cfg.rank;
     o.size = cfg.size;
     o.local_size = cfg.local_size > 0 ? cfg.local_size : cfg.size;
     o.scope = cfg.scope;
-    o.blocking = blocking_ = resolve_progress(cfg) == Progress::block;
+    o.blocking = blocking_;
     o.timeout = cfg.timeout;
     tp_ = std::make_unique<UcxTransport>(o, std::move(store), std::move(abort));
   }
@@ -342,7 +367,7 @@ class HostCommunicator final : public elasticrun::Communicator {
   std::shared_ptr<Store> store_;
   std::shared_ptr<AbortSignal> abort_;
   bool blocking_ = false;
-  std::unique_ptr<UcxTransport> tp_;
+  std::unique_ptr<Transport> tp_;  // UCX, or SelfTransport in a world of one
   std::unique_ptr<ShmGroup> shm_;
   std::string shm_unavailable_;  // why there is no shm_, once decided
   std::unique_ptr<Hierarchy> hier_;
