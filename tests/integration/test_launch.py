@@ -49,6 +49,17 @@ def test_allreduce_check_four_ranks(job):
 
 
 @pytest.mark.skipif(not (EXAMPLES / "allreduce_check").exists(), reason="allreduce_check not built")
+def test_a_one_rank_job_runs_every_collective_without_ucx(job):
+    # A world of one has no peer: no UCX context is made (its start-up is about 12 ms of a
+    # one-rank job's). With a transport UCX cannot find, two ranks fail and one does not.
+    r = job.run(["-np", 1, "-x", "UCX_TLS=nosuchtransport", EXAMPLES / "allreduce_check"], timeout=120)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert "allreduce_check: OK" in r.stdout
+    r = job.run(["-np", 2, "-x", "UCX_TLS=nosuchtransport", EXAMPLES / "allreduce_check"], timeout=120)
+    assert r.returncode != 0 and "ucp_init" in r.stdout + r.stderr
+
+
+@pytest.mark.skipif(not (EXAMPLES / "allreduce_check").exists(), reason="allreduce_check not built")
 def test_allreduce_check_on_uneven_hosts_includes_hierarchical(job):
     # Hosts of 2 and 1 ranks: allreduce_check runs ring, rd and hier (shared memory
     # within the two-rank host, UCX between the hosts' first ranks).
