@@ -55,7 +55,9 @@ def test_outside_a_sweep_config_is_empty_and_reports_continue(job):
 def test_the_digits_trial_under_an_asha_sweep(job, tmp_path):
     """examples/python/digits_trial.py as the trials of a real sweep: every trial reports
     the held-out loss and accuracy each epoch, asha stops the worst at its first rung,
-    and the best trial's model learnt the digits."""
+    and the best trial's model learnt the digits. One trial at a time (growing to both
+    slots), so that the order trials reach a rung, and with it asha's decisions, is fixed:
+    the first at a rung always goes on."""
     import json as _json
     exp = tmp_path / "exp"
     sp = tmp_path / "space.json"
@@ -63,7 +65,7 @@ def test_the_digits_trial_under_an_asha_sweep(job, tmp_path):
     script = ROOT / "examples" / "python" / "digits_trial.py"
     r = job.run(["sweep", "-H", "127.0.0.1:2", "--trial-np", "1:2", "--space", sp, "--metric", "loss",
                  "--scheduler", "asha", "--grace-period", "2", "--reduction-factor", "2", "--max-t", "6",
-                 "--max-concurrent", "2", "--dir", exp, "-x", "PYTHONPATH", "--",
+                 "--max-concurrent", "1", "--dir", exp, "-x", "PYTHONPATH", "--",
                  "/usr/bin/python3", script, "--epochs", 6], timeout=300, env=python_env())
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     states, best = {}, None
