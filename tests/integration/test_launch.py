@@ -217,8 +217,12 @@ def test_sigkill_to_driver_leaves_no_orphans(job):
     p = job.start(["-np", 3, TESTPROG, "--init", "--sleep", 120])
     wait_for_workers(job, 3)
     p.kill()
-    p.wait(timeout=5)
-    # The fixture waits up to 5 s for daemons and workers to disappear.
+    assert p.wait(timeout=5) == -signal.SIGKILL
+    # Daemons and workers follow the driver (their death signal) within a few seconds.
+    deadline = time.monotonic() + 5
+    while our_processes(job.tag) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert our_processes(job.tag) == []
 
 
 def test_silent_daemon_ends_a_fixed_size_job_after_host_timeout(job):
