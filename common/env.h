@@ -33,6 +33,13 @@ inline constexpr const char* kDevice = "ELASTICRUN_DEVICE";
 inline constexpr const char* kDeviceHint = "ELASTICRUN_DEVICE_HINT";
 // 0: a device communicator never shrinks, every epoch builds a fresh one (default 1).
 inline constexpr const char* kNcclShrink = "ELASTICRUN_NCCL_SHRINK";
+// Durable checkpoints of the elastic State (elasticrun --checkpoint-dir, --checkpoint-every,
+// --checkpoint-interval set them for every worker): the directory (on a filesystem every
+// host sees), and when rank 0 writes one: every N commits, or at a commit T seconds
+// after the last one.
+inline constexpr const char* kCheckpointDir = "ELASTICRUN_CHECKPOINT_DIR";
+inline constexpr const char* kCheckpointEvery = "ELASTICRUN_CHECKPOINT_EVERY";      // commits
+inline constexpr const char* kCheckpointInterval = "ELASTICRUN_CHECKPOINT_INTERVAL";  // seconds
 
 // Set by elasticrun sweep for the workers of one trial (passed with -x), read by the
 // trial program (Python: elasticrun.sweep): its configuration (a JSON object), its id,

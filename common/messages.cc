@@ -23,6 +23,20 @@ ReportReply ReportReply::decode(wire::Decoder& d) {
   return r;
 }
 
+CheckpointNote CheckpointNote::decode(wire::Decoder& d) {
+  CheckpointNote n;
+  std::uint8_t k = d.u8();
+  if (k < 1 || k > 4) throw wire::DecodeError(fmt::format("unknown checkpoint event {}", k));
+  n.event = static_cast<CheckpointEvent>(k);
+  n.epoch = d.u64();
+  n.commit = d.u64();
+  n.bytes = d.u64();
+  n.millis = d.u32();
+  n.path = d.str();
+  n.detail = d.str();
+  return n;
+}
+
 const char* type_name(std::uint8_t type) {
   switch (type) {
     case kHello: return "hello";
@@ -41,6 +55,7 @@ const char* type_name(std::uint8_t type) {
     case kRejoin: return "rejoin";
     case kReport: return "report";
     case kReportReply: return "report-reply";
+    case kCheckpointNote: return "checkpoint-note";
     case kConfig: return "config";
     case kSpawn: return "spawn";
     case kKill: return "kill";

@@ -17,6 +17,7 @@ enum Type : std::uint8_t {
   kHello = 1, kAuth, kAuthOk, kError,
   // worker <-> rendezvous server
   kJoin = 10, kJoinOk, kKvSet, kKvGet, kKvValue, kBarrier, kOk, kNotify, kLeave, kRejoin, kReport, kReportReply,
+  kCheckpointNote = 28,
   // driver <-> daemon
   kConfig = 30, kSpawn, kKill, kShutdown, kReady, kStarted, kOutput, kExited, kSpawnFailed, kHeartbeat,
 };
@@ -160,6 +161,22 @@ struct ReportReply {
   Decision decision = Decision::keep_going;
   void encode(wire::Encoder& e) const { e.u64(req).u8(static_cast<std::uint8_t>(decision)); }
   static ReportReply decode(wire::Decoder& d);
+};
+
+// What a worker's durable checkpointing did (elasticrun --checkpoint-dir), for the driver's
+// --events and its user; no reply. `path` is the checkpoint file; `detail` the error or
+// the reason a file was skipped.
+enum class CheckpointEvent : std::uint8_t { saved = 1, restored = 2, skipped = 3, failed = 4 };
+struct CheckpointNote {
+  static constexpr Type kType = kCheckpointNote;
+  CheckpointEvent event = CheckpointEvent::saved;
+  std::uint64_t epoch = 0, commit = 0, bytes = 0;
+  std::uint32_t millis = 0;
+  std::string path, detail;
+  void encode(wire::Encoder& e) const {
+    e.u8(static_cast<std::uint8_t>(event)).u64(epoch).u64(commit).u64(bytes).u32(millis).str(path).str(detail);
+  }
+  static CheckpointNote decode(wire::Decoder& d);
 };
 
 // ---- driver <-> daemon ----

@@ -259,6 +259,17 @@ void Server::on_report(const std::shared_ptr<Session>& s, msg::Report m) {
   cb_.on_report(p, s->epoch(), m.step, *metrics, std::move(answer));
 }
 
+void Server::on_checkpoint_note(const std::shared_ptr<Session>& s, const msg::CheckpointNote& m) {
+  const WorkerPlace& p = *s->place();
+  ER_LOG(rendezvous, debug, "checkpoint note {} of commit {} from rank {} on '{}'", static_cast<int>(m.event),
+         m.commit, p.rank, p.host);
+  if (!cb_.on_checkpoint) return;
+  msg::CheckpointNote n = m;
+  if (n.path.size() > kMaxNoteText) n.path.resize(kMaxNoteText);
+  if (n.detail.size() > kMaxNoteText) n.detail.resize(kMaxNoteText);
+  cb_.on_checkpoint(p, s->epoch(), n);
+}
+
 void Server::on_closed(const std::shared_ptr<Session>& s, bool clean) {
   sessions_.erase(s);
   if (s->place() && --members_[s->epoch()] == 0) members_.erase(s->epoch());

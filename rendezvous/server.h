@@ -57,7 +57,12 @@ class Server : private SessionHost {
     std::function<void(const WorkerPlace&, std::uint64_t epoch, std::int64_t step, const nlohmann::json& metrics,
                        ReportAnswer answer)>
         on_report;
+    // A worker's durable checkpointing saved, restored, skipped a file or failed
+    // (ELASTICRUN_CHECKPOINT_DIR); `epoch` is the worker's. Path and detail are cut to
+    // kMaxNoteText bytes.
+    std::function<void(const WorkerPlace&, std::uint64_t epoch, const msg::CheckpointNote&)> on_checkpoint;
   };
+  static constexpr std::size_t kMaxNoteText = 4096;
 
   Server(boost::asio::io_context& io, const auth::Secret& secret,
          const boost::asio::ip::tcp::endpoint& bind, Callbacks cb = {}, ServerLimits limits = {});
@@ -106,6 +111,7 @@ class Server : private SessionHost {
   void on_kv_get(const std::shared_ptr<Session>& s, const msg::KvGet& m) override;
   void on_barrier(const std::shared_ptr<Session>& s, const msg::Barrier& m) override;
   void on_report(const std::shared_ptr<Session>& s, msg::Report m) override;
+  void on_checkpoint_note(const std::shared_ptr<Session>& s, const msg::CheckpointNote& m) override;
   void on_closed(const std::shared_ptr<Session>& s, bool clean) override;
   void answer_rejoin(const std::shared_ptr<Session>& s, std::uint64_t req);
   // The session's epoch state, or null (and an error sent for `req`) if it ended.

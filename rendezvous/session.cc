@@ -90,6 +90,8 @@ void Session::handle(const Frame& f) {
     case msg::kBarrier: return host_.on_barrier(shared_from_this(), msg::parse<msg::Barrier>(f));
     case msg::kRejoin: return host_.on_rejoin(shared_from_this(), msg::parse<msg::Rejoin>(f));
     case msg::kReport: return host_.on_report(shared_from_this(), msg::parse<msg::Report>(f));
+    case msg::kCheckpointNote:
+      return host_.on_checkpoint_note(shared_from_this(), msg::parse<msg::CheckpointNote>(f));
     case msg::kLeave:
       msg::parse<msg::Leave>(f);
       left_ = true;

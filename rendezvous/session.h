@@ -27,6 +27,7 @@ class SessionHost {
   virtual void on_kv_get(const std::shared_ptr<Session>& s, const msg::KvGet& m) = 0;
   virtual void on_barrier(const std::shared_ptr<Session>& s, const msg::Barrier& m) = 0;
   virtual void on_report(const std::shared_ptr<Session>& s, msg::Report m) = 0;
+  virtual void on_checkpoint_note(const std::shared_ptr<Session>& s, const msg::CheckpointNote& m) = 0;
   // The connection closed; `clean`: the worker left, or had not joined.
   virtual void on_closed(const std::shared_ptr<Session>& s, bool clean) = 0;
 

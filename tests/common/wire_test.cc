@@ -115,6 +115,7 @@ TEST(Frame, RandomGarbageNeverCrashesTheDecoders) {
     attempt(msg::Exited{});
     attempt(msg::Report{});
     attempt(msg::ReportReply{});
+    attempt(msg::CheckpointNote{});
   }
 }
 
@@ -149,6 +150,23 @@ TEST(Messages, UnknownReportDecisionIsADecodeError) {
   e.u64(1).u8(2);
   EXPECT_THROW(msg::parse<msg::ReportReply>(Frame{msg::kReportReply, e.take()}), wire::DecodeError);
   EXPECT_THROW(msg::parse<msg::ReportReply>(Frame{msg::kReportReply, {1, 0, 0, 0, 0, 0, 0, 0}}), wire::DecodeError);
+}
+
+TEST(Messages, CheckpointNoteRoundTripsAndRejectsUnknownEvents) {
+  msg::CheckpointNote n{msg::CheckpointEvent::skipped, 3, 40, 1 << 20, 17, "/ck/commit-40.ckpt", "corrupted"};
+  auto back = msg::parse<msg::CheckpointNote>(msg::to_frame(n));
+  EXPECT_EQ(back.event, msg::CheckpointEvent::skipped);
+  EXPECT_EQ(back.epoch, 3u);
+  EXPECT_EQ(back.commit, 40u);
+  EXPECT_EQ(back.bytes, 1u << 20);
+  EXPECT_EQ(back.millis, 17u);
+  EXPECT_EQ(back.path, n.path);
+  EXPECT_EQ(back.detail, n.detail);
+  for (std::uint8_t bad : {0, 5}) {
+    auto f = msg::to_frame(n);
+    f.payload[0] = bad;
+    EXPECT_THROW(msg::parse<msg::CheckpointNote>(f), wire::DecodeError) << int(bad);
+  }
 }
 
 TEST(Messages, ConfigAndReadyCarryTheControlProtocol) {

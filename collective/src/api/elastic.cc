@@ -5,6 +5,8 @@
 // same logic serves both and is tested on CPU with a MemoryOps that fakes a GPU.
 #include <elasticrun/elastic.hpp>
 
+#include "api/durable.h"
+
 #include <algorithm>
 #include <cstring>
 #include <vector>
@@ -44,7 +46,9 @@ std::uint64_t fnv1a(std::uint64_t h, const void* p, std::size_t n) {
 }  // namespace
 
 struct State::Impl {
-  Impl(Context& c, ElasticHooks h) : ctx(c), hooks(std::move(h)), ops(hooks.memory ? hooks.memory : default_memory_ops()) {}
+  Impl(Context& c, ElasticHooks h)
+      : ctx(c), hooks(std::move(h)), ops(hooks.memory ? hooks.memory : default_memory_ops()),
+        durable(Durable::from_settings(c)) {}
 
   Context& ctx;
   ElasticHooks hooks;
@@ -60,6 +64,11 @@ struct State::Impl {
   std::vector<std::byte> pack;   // sync() staging for the small items
   std::vector<std::byte> stage;  // sync() staging for one large device item
   bool at_commit = false;
+  // Durable checkpoints (api/durable.h), when ELASTICRUN_CHECKPOINT_DIR is set. Declared
+  // after the snapshot slots: its writer thread is joined before they go.
+  std::unique_ptr<Durable> durable;
+  std::vector<std::byte> durable_buffer;
+  bool holds_state = false;  // took part in a sync: holds the job's state
 
   bool hosts_updated() const { return hooks.hosts_updated ? hooks.hosts_updated() : ctx.hosts_updated(); }
 
@@ -96,18 +105,60 @@ struct State::Impl {
     return static_cast<std::int64_t>(h >> 2);
   }
 
-  void check_layout();
+  std::vector<collective::checkpoint::Item> layout() const {
+    std::vector<collective::checkpoint::Item> out;
+    for (const Item& it : items) out.push_back({it.name, static_cast<std::uint32_t>(it.type), it.bytes});
+    return out;
+  }
+  void save_durable();
+  std::string restore_durable();
+  void check_layout(const std::string& restore_error);
   void broadcast_small();
   void broadcast_large();
 };
 
-// One allreduce(max) of (fp, -fp): every rank learns both the largest and the
-// smallest fingerprint, so all ranks agree on whether the layouts differ and throw
-// together instead of leaving some ranks blocked in a broadcast of another size.
-void State::Impl::check_layout() {
+// The committed state (the current snapshot) to the durable writer, in item order.
+void State::Impl::save_durable() {
+  std::size_t total = 0;
+  for (const Item& it : items) total += it.bytes;
+  durable_buffer.resize(total);
+  std::size_t at = 0;
+  for (Item& it : items) {
+    move(durable_buffer.data() + at, snapshot_of(it, current), it.bytes, it.device_snapshot());
+    at += it.bytes;
+  }
+  durable->save(commits, "state", layout(), durable_buffer);
+}
+
+// Rank 0 holding no state loads the newest durable checkpoint into the items (see
+// api/durable.h). Returns the error that stops it, or "" (restored, or nothing there).
+std::string State::Impl::restore_durable() {
+  try {
+    auto loaded = durable->load("state", layout());
+    if (!loaded) return "";
+    std::size_t at = 0;
+    for (Item& it : items) {
+      move(it.data, loaded->payload.data() + at, it.bytes, it.on_device);
+      at += it.bytes;
+    }
+    commits = loaded->manifest.commit;
+    return "";
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+}
+
+// One allreduce(max) of (fp, -fp, restore failed): every rank learns both the largest
+// and the smallest fingerprint, and whether rank 0 could not restore, so all ranks
+// agree on whether to go on and throw together instead of leaving some ranks blocked
+// in a broadcast of another size.
+void State::Impl::check_layout(const std::string& restore_error) {
   std::int64_t fp = fingerprint();
-  std::int64_t v[2] = {fp, -fp};
-  ctx.comm().allreduce(v, v, 2, DataType::i64, ReduceOp::max);
+  std::int64_t v[3] = {fp, -fp, restore_error.empty() ? 0 : 1};
+  ctx.comm().allreduce(v, v, 3, DataType::i64, ReduceOp::max);
+  if (v[2] != 0)
+    throw Error("elastic state: cannot restore from the durable checkpoints: " +
+                (restore_error.empty() ? std::string("see rank 0's output") : restore_error));
   if (v[0] != fp || v[1] != -fp)
     throw Error("elastic state: ranks track different items (names, sizes or types differ); every rank "
                 "must track the same items in the same order");
@@ -194,6 +245,7 @@ void State::commit() {
   impl_->at_commit = false;
   impl_->snapshot();
   ++impl_->commits;
+  if (impl_->durable && impl_->durable->due(impl_->commits)) impl_->save_durable();
   // Horovod's check_host_updates: all ranks must leave at the same commit, so one
   // rank's notice is shared with all through a 4-byte allreduce(max).
   std::int32_t flag = impl_->hosts_updated() ? 1 : 0;
@@ -216,10 +268,13 @@ void State::restore() {
 
 void State::sync() {
   impl_->at_commit = false;
-  impl_->check_layout();
+  std::string restore_error;
+  if (impl_->durable && !impl_->holds_state && impl_->ctx.comm().rank() == 0) restore_error = impl_->restore_durable();
+  impl_->check_layout(restore_error);
   impl_->broadcast_small();
   impl_->broadcast_large();
   impl_->snapshot();
+  impl_->holds_state = true;
 }
 
 void State::on_reset(std::function<void()> callback) {

@@ -298,6 +298,11 @@ msg::Decision RendezvousClient::report(std::int64_t step, const std::string& met
   return expect<msg::ReportReply>(std::move(f), "report").decision;
 }
 
+bool RendezvousClient::note(const msg::CheckpointNote& n) {
+  std::lock_guard w(write_mu_);
+  return channel_.write(msg::to_frame(n), Clock::now() + std::chrono::seconds(2)).ok();
+}
+
 void RendezvousClient::leave() {
   std::lock_guard w(write_mu_);
   (void)channel_.write(msg::to_frame(msg::Leave{}), Clock::now() + std::chrono::seconds(2));

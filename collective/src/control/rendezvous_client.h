@@ -57,6 +57,9 @@ class RendezvousClient final : public Store {
   // announced (the server takes reports of the current epoch only); an abort or a lost
   // connection is WorkersFailed, the deadline TimeoutError.
   msg::Decision report(std::int64_t step, const std::string& metrics, Clock::time_point deadline);
+  // Tells the driver what durable checkpointing did (no reply; any thread). False if the
+  // connection could not take it.
+  bool note(const msg::CheckpointNote& n);
   // Tells the server this worker is ending on purpose, then closes.
   void leave();
 

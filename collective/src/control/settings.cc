@@ -117,5 +117,31 @@ bool nccl_shrink() {
   throw Error(bad(env::kNcclShrink, v, "0 or 1"));
 }
 
+std::optional<Checkpoint> checkpoint() {
+  const char* dir = value_of(env::kCheckpointDir);
+  if (!dir) return std::nullopt;
+  Checkpoint c;
+  c.dir = dir;
+  if (const char* v = value_of(env::kCheckpointEvery)) {
+    char* end = nullptr;
+    errno = 0;
+    long long n = std::strtoll(v, &end, 10);
+    if (*v < '0' || *v > '9' || *end != '\0' || errno != 0 || n < 0)
+      throw Error(bad(env::kCheckpointEvery, v, "a non-negative integer (commits)"));
+    c.every = static_cast<std::uint64_t>(n);
+  }
+  if (const char* v = value_of(env::kCheckpointInterval)) {
+    char* end = nullptr;
+    double s = std::strtod(v, &end);
+    if (*end != '\0' || !(s >= 0) || s > kMaxSeconds)
+      throw Error(bad(env::kCheckpointInterval, v, "a non-negative number of seconds"));
+    c.interval = std::chrono::milliseconds(static_cast<long long>(s * 1000));
+  }
+  if (c.every == 0 && c.interval.count() == 0)
+    throw Error(std::string(env::kCheckpointEvery) + " and " + env::kCheckpointInterval +
+                " are both 0: no checkpoint would ever be written");
+  return c;
+}
+
 }  // namespace settings
 }  // namespace elasticrun::collective

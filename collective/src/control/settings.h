@@ -66,5 +66,18 @@ std::optional<int> device_hint();
 // ELASTICRUN_NCCL_SHRINK: "1" (default) or "0".
 bool nccl_shrink();
 
+// Durable checkpoints: ELASTICRUN_CHECKPOINT_DIR (unset: none), ELASTICRUN_CHECKPOINT_EVERY
+// (a non-negative integer of commits, 0: not by count; default kDefaultCheckpointEvery) and
+// ELASTICRUN_CHECKPOINT_INTERVAL (non-negative seconds, 0: not by time; default
+// kDefaultCheckpointInterval). Both 0 is an Error: no checkpoint would ever be written.
+inline constexpr std::uint64_t kDefaultCheckpointEvery = 10;
+inline constexpr std::chrono::milliseconds kDefaultCheckpointInterval{60000};
+struct Checkpoint {
+  std::string dir;
+  std::uint64_t every = kDefaultCheckpointEvery;
+  std::chrono::milliseconds interval = kDefaultCheckpointInterval;
+};
+std::optional<Checkpoint> checkpoint();
+
 }  // namespace settings
 }  // namespace elasticrun::collective

@@ -1,0 +1,148 @@
+#include "api/durable.h"
+
+#include "api/context_internal.h"
+#include "common/log.h"
+
+#include <unistd.h>
+
+#include <utility>
+
+namespace elasticrun {
+
+namespace ckpt = collective::checkpoint;
+using Clock = std::chrono::steady_clock;
+
+std::unique_ptr<Durable> Durable::from_settings(Context& ctx) {
+  auto cfg = collective::settings::checkpoint();
+  if (!cfg) return nullptr;
+  Notify notify;
+  if (auto client = ContextInternals::client(ctx))
+    notify = [client](const msg::CheckpointNote& n) { (void)client->note(n); };
+  return std::make_unique<Durable>(ctx, std::move(*cfg), std::move(notify));
+}
+
+Durable::Durable(Context& ctx, collective::settings::Checkpoint cfg, Notify notify)
+    : ctx_(ctx), cfg_(std::move(cfg)), notify_(std::move(notify)), last_time_(Clock::now()) {
+  thread_ = std::thread([this] { writer(); });
+}
+
+Durable::~Durable() {
+  {
+    std::lock_guard lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+std::uint64_t Durable::epoch() const { return ctx_.topology().epoch; }
+
+bool Durable::due(std::uint64_t commit) {
+  if (ctx_.comm().rank() != 0) return false;
+  bool by_count = cfg_.every > 0 && commit >= last_commit_ + cfg_.every;
+  bool by_time = cfg_.interval.count() > 0 && Clock::now() - last_time_ >= cfg_.interval;
+  if (!by_count && !by_time) return false;
+  std::lock_guard lock(mu_);
+  return !busy_;
+}
+
+void Durable::save(std::uint64_t commit, const std::string& kind, std::vector<ckpt::Item> items,
+                   std::vector<std::byte>& payload) {
+  Job job;
+  job.manifest.kind = kind;
+  job.manifest.epoch = epoch();
+  job.manifest.commit = commit;
+  job.manifest.items = std::move(items);
+  job.manifest.host = ctx_.topology().host;
+  job.manifest.pid = static_cast<std::uint32_t>(::getpid());
+  job.manifest.unix_ms = static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+          .count());
+  job.payload = std::move(payload);
+  {
+    std::lock_guard lock(mu_);
+    payload = std::move(spare_);
+    job_ = std::move(job);
+    busy_ = true;
+  }
+  payload.clear();
+  last_commit_ = commit;
+  last_time_ = Clock::now();
+  cv_.notify_all();
+}
+
+void Durable::writer() {
+  std::unique_lock lock(mu_);
+  for (;;) {
+    cv_.wait(lock, [&] { return stop_ || job_; });
+    if (!job_) return;  // stopping with nothing handed over
+    Job job = std::move(*job_);
+    job_.reset();
+    lock.unlock();
+    auto start = Clock::now();
+    auto written = ckpt::write(cfg_.dir, job.manifest, job.payload);
+    auto took = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start);
+    if (written) {
+      ER_LOG(collective, info, "durable checkpoint of commit {} ({} bytes) in {} ms: {}", job.manifest.commit,
+             job.payload.size(), took.count(), *written);
+      tell(msg::CheckpointEvent::saved, job.manifest.commit, job.payload.size(), took, *written, "");
+    } else {
+      ER_LOG(collective, error, "durable checkpoint of commit {} failed: {}", job.manifest.commit, written.error());
+      tell(msg::CheckpointEvent::failed, job.manifest.commit, job.payload.size(), took, cfg_.dir, written.error());
+    }
+    lock.lock();
+    spare_ = std::move(job.payload);
+    busy_ = false;
+    cv_.notify_all();
+  }
+}
+
+void Durable::drain() {
+  std::unique_lock lock(mu_);
+  cv_.wait(lock, [&] { return !busy_; });
+}
+
+void Durable::tell(msg::CheckpointEvent event, std::uint64_t commit, std::uint64_t bytes,
+                   std::chrono::milliseconds took, const std::string& path, const std::string& detail) {
+  if (!notify_) return;
+  msg::CheckpointNote n;
+  n.event = event;
+  n.epoch = epoch();
+  n.commit = commit;
+  n.bytes = bytes;
+  n.millis = static_cast<std::uint32_t>(std::min<long long>(took.count(), UINT32_MAX));
+  n.path = path;
+  n.detail = detail;
+  notify_(n);
+}
+
+std::optional<ckpt::Loaded> Durable::load(const std::string& kind, const std::vector<ckpt::Item>& items) {
+  auto start = Clock::now();
+  auto found = ckpt::newest(cfg_.dir);
+  for (const auto& [path, why] : found.skipped) {
+    ER_LOG(collective, warn, "skipping checkpoint {}", why);
+    tell(msg::CheckpointEvent::skipped, ckpt::commit_of(path.substr(path.rfind('/') + 1)).value_or(0), 0, {}, path,
+         why);
+  }
+  if (!found.loaded) return std::nullopt;
+  const ckpt::Manifest& m = found.loaded->manifest;
+  if (m.kind != kind)
+    throw Error("checkpoint " + found.loaded->path + " holds a '" + m.kind + "' state, this program's is '" + kind +
+                "': it is another program's (use another --checkpoint-dir)");
+  if (!items.empty() && m.items != items) {
+    std::string want, got;
+    for (const auto& it : items) want += (want.empty() ? "" : ", ") + it.name + ":" + std::to_string(it.bytes);
+    for (const auto& it : m.items) got += (got.empty() ? "" : ", ") + it.name + ":" + std::to_string(it.bytes);
+    throw Error("checkpoint " + found.loaded->path + " tracks other items (" + got + ") than this program (" + want +
+                "): it is another program's (use another --checkpoint-dir)");
+  }
+  last_commit_ = m.commit;
+  last_time_ = Clock::now();
+  auto took = std::chrono::duration_cast<std::chrono::milliseconds>(last_time_ - start);
+  ER_LOG(collective, info, "restored commit {} (epoch {}) from {} in {} ms", m.commit, m.epoch, found.loaded->path,
+         took.count());
+  tell(msg::CheckpointEvent::restored, m.commit, m.payload_bytes, took, found.loaded->path, "");
+  return std::move(found.loaded);
+}
+
+}  // namespace elasticrun
