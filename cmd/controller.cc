@@ -44,6 +44,7 @@ ControllerConfig ControllerConfig::of(const Options& o) {
   c.elastic_timeout = o.elastic_timeout;
   c.reset_limit = o.reset_limit;
   c.cooldown = o.blacklist_cooldown;
+  c.durable = !o.checkpoint_dir.empty();
   return c;
 }
 
@@ -151,6 +152,7 @@ void EpochController::worker_joined(const rendezvous::WorkerPlace& p, std::uint6
   }
   // Every member joined: the epoch's sync gives each of them rank 0's state.
   for (const auto& r : assignment_.workers) worker(Place{r.host, r.slot})->synced = true;
+  state_formed_ = true;
   emit("epoch_joined", {{"epoch", epoch}, {"size", assignment_.size()}});
 }
 

@@ -53,6 +53,9 @@ struct ControllerConfig {
   std::chrono::milliseconds abandon_grace{2000};
   // SIGTERM to SIGKILL, for a worker taken out of the job.
   std::chrono::milliseconds stop_grace{2000};
+  // --checkpoint-dir: when every worker holding the job's state is gone, an epoch of new
+  // workers restores from the newest durable checkpoint instead of the job failing.
+  bool durable = false;
 
   static ControllerConfig of(const Options& o);
 };
@@ -208,6 +211,9 @@ class EpochController {
   bool epoch_broken_ = false;  // a failure happened since the current epoch started
   // A worker finished its training (exit 0): the job is ending, and starts no worker.
   bool finishing_ = false;
+  // An epoch formed: the job has state, which a new epoch must take from a worker that
+  // holds it (or, with --checkpoint-dir, from the newest checkpoint).
+  bool state_formed_ = false;
   std::string broken_reason_;
   int resets_ = 0;
   int exit_code_ = -1;

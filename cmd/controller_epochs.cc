@@ -5,6 +5,7 @@
 #include "cmd/exit_codes.h"
 #include "common/log.h"
 
+#include <algorithm>
 #include <fmt/format.h>
 
 #include <csignal>
@@ -108,11 +109,22 @@ void EpochController::reconcile(TimePoint now) {
   if (finishing_) return cfg_.elastic && cannot_complete() ? finish_with_survivors(now) : void();
   auto live = alive();
   if (assignment_.epoch > 0 && !epoch_broken_ && !membership_.changed(assignment_, live, now)) return;
-  auto plan = membership_.plan(assignment_, live, now);
+  std::set<Place> holders;
+  for (const auto& [p, w] : workers_)
+    if (w.synced && live.count(p)) holders.insert(p);
+  auto plan = membership_.plan(assignment_, live, now, holders);
   if (!plan) return wait_for_slots(now);
-  if (assignment_.epoch > 0 && plan->keep.empty())
+  // The workers kept may all be ones that never joined an epoch that formed (started
+  // for one that a second failure broke before it formed): they hold no state either.
+  bool kept_state = std::any_of(plan->keep.begin(), plan->keep.end(), [&](const Place& p) { return holders.count(p); });
+  bool from_checkpoint = assignment_.epoch > 0 && (plan->keep.empty() || (state_formed_ && !kept_state));
+  if (from_checkpoint && !cfg_.durable)
     return end(exit_code::kWorkerFailed,
-               fmt::format("no surviving worker holds committed state (all of epoch {} are gone)", assignment_.epoch));
+               plan->keep.empty()
+                   ? fmt::format("no surviving worker holds committed state (all of epoch {} are gone)", assignment_.epoch)
+                   : fmt::format("no surviving worker holds committed state (those left were started for epoch {}, "
+                                 "which never formed, and the workers that held it are gone)",
+                                 assignment_.epoch));
   if (elastic_deadline_) emit("slots_available", {{"slots", membership_.usable_slots(now)}});
   elastic_deadline_.reset();
   // The soft notice lets workers finish their step in the running epoch first; an epoch
@@ -123,9 +135,13 @@ void EpochController::reconcile(TimePoint now) {
   std::string reason = epoch_broken_ ? broken_reason_
                        : unformed    ? fmt::format("hosts changed before epoch {} had formed", assignment_.epoch)
                                      : "hosts changed";
+  if (from_checkpoint) {
+    reason = fmt::format("{}; every worker holding the job's state is gone", reason);
+    say(fmt::format("{}: epoch {} restores from the newest durable checkpoint", reason, assignment_.epoch + 1));
+  }
   if (assignment_.epoch > 0) {
     ++resets_;
-    emit("reset", {{"count", resets_}, {"reason", reason}});
+    emit("reset", {{"count", resets_}, {"reason", reason}, {"from_checkpoint", from_checkpoint}});
     if (cfg_.reset_limit > 0 && resets_ > cfg_.reset_limit)
       return end(exit_code::kWorkerFailed, fmt::format("reset limit {} reached ({})", cfg_.reset_limit, reason));
   }

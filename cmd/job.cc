@@ -86,6 +86,9 @@ Result<void> Job::start() {
                         const nlohmann::json& metrics, rendezvous::ReportAnswer answer) {
     on_report(p, e, step, metrics, std::move(answer));
   };
+  cb.on_checkpoint = [this](const rendezvous::WorkerPlace& p, std::uint64_t, const msg::CheckpointNote& n) {
+    on_checkpoint(p, n);
+  };
   try {
     server_ = std::make_unique<rendezvous::Server>(
         io_, secret_, asio::ip::tcp::endpoint(asio::ip::make_address(remote ? "0.0.0.0" : "127.0.0.1"), 0),
@@ -199,6 +202,34 @@ void Job::on_report(const rendezvous::WorkerPlace& p, std::uint64_t epoch, std::
   ER_LOG(driver, debug, "report of step {} from rank 0 on '{}' (epoch {})", step, p.host, epoch);
   if (!reports_) return answer(msg::Decision::keep_going);
   reports_->ask(step, report_line(step, metrics, epoch, size), std::move(answer));
+}
+
+// A worker's durable checkpointing: each write, restore, skipped file and failure goes to
+// the events log; all but a routine write are also told to the user. The controller has
+// no part in it: the worker restores by itself when it holds no state.
+void Job::on_checkpoint(const rendezvous::WorkerPlace& p, const msg::CheckpointNote& n) {
+  static constexpr const char* kEvent[] = {"", "checkpoint_saved", "checkpoint_restored", "checkpoint_skipped",
+                                           "checkpoint_failed"};
+  nlohmann::json fields = {{"epoch", n.epoch}, {"commit", n.commit}, {"path", n.path}, {"rank", p.rank},
+                           {"host", p.host}};
+  if (n.event == msg::CheckpointEvent::saved || n.event == msg::CheckpointEvent::restored) {
+    fields["bytes"] = n.bytes;
+    fields["seconds"] = n.millis / 1000.0;
+  }
+  if (!n.detail.empty()) fields["reason"] = n.detail;
+  events_.emit(kEvent[static_cast<int>(n.event)], fields);
+  switch (n.event) {
+    case msg::CheckpointEvent::saved: break;
+    case msg::CheckpointEvent::restored:
+      fmt::print(stderr, "elasticrun: rank {} restored commit {} from {}\n", p.rank, n.commit, n.path);
+      break;
+    case msg::CheckpointEvent::skipped:
+      fmt::print(stderr, "elasticrun: rank {} skipped checkpoint {}: {}\n", p.rank, n.path, n.detail);
+      break;
+    case msg::CheckpointEvent::failed:
+      fmt::print(stderr, "elasticrun: rank {} could not write a durable checkpoint: {}\n", p.rank, n.detail);
+      break;
+  }
 }
 
 // The controller decided the job is over: tell every worker, stop every daemon.

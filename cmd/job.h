@@ -50,6 +50,7 @@ class Job {
   void on_daemon_closed(const std::string& host, bool clean, const std::string& why);
   void on_report(const rendezvous::WorkerPlace& p, std::uint64_t epoch, std::int64_t step,
                  const nlohmann::json& metrics, rendezvous::ReportAnswer answer);
+  void on_checkpoint(const rendezvous::WorkerPlace& p, const msg::CheckpointNote& n);
   void stop_everything(const std::string& message);
   void maybe_done();
   void heartbeat();

@@ -3,6 +3,7 @@
 #include "common/cli.h"
 #include "common/env.h"
 #include "common/messages.h"
+#include "common/writable_dir.h"
 
 #include <boost/program_options.hpp>
 #include <fmt/format.h>
@@ -13,6 +14,7 @@
 #include <charconv>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <sstream>
 
 extern char** environ;
@@ -46,6 +48,9 @@ po::options_description describe() {
       ("daemon-port", po::value<int>(), "use the elasticrund --listen already running on every host at this TCP port (default: $ELASTICRUN_DAEMON_PORT; else start daemons locally or over SSH)")
       ("daemon-secret-file", po::value<std::string>(), "cluster secret shared with those daemons (default: $ELASTICRUN_DAEMON_SECRET_FILE, else /etc/elasticrun/secret)")
       ("events", po::value<std::string>(), "append JSON lines describing the job's events to FILE")
+      ("checkpoint-dir", po::value<std::string>(), "the elastic State also writes its committed state to DIR (on a filesystem every host sees); the job goes on from the newest intact checkpoint there when every worker holding its state is lost, and a new run with the same DIR resumes from it (default: $ELASTICRUN_CHECKPOINT_DIR)")
+      ("checkpoint-every", po::value<long long>()->default_value(10), "with --checkpoint-dir: a checkpoint every N commits (0: not by count)")
+      ("checkpoint-interval", po::value<double>()->default_value(60.0), "with --checkpoint-dir: a checkpoint at the first commit SECONDS after the last one (0: not by time)")
       ("report-fd", po::value<std::string>(), "write each report of rank 0 as a JSON line to the connected socket N and read the decision (continue or stop) back from it (default: log reports, always continue)")
       ("min-np", po::value<int>(), "elastic: fewest workers to keep training with (default: -np)")
       ("max-np", po::value<int>(), "elastic: most workers to run (default: every slot offered)")
@@ -191,6 +196,34 @@ Result<void> parse_daemon(const po::variables_map& vm, Options& o) {
   return {};
 }
 
+// The checkpoint directory is made absolute (workers start in the driver's directory,
+// but not necessarily on its machine) and checked writable here, so that a wrong one
+// is a usage error before any worker runs.
+Result<void> parse_checkpoint(const po::variables_map& vm, Options& o) {
+  o.checkpoint_dir = flag_or_env(vm, "checkpoint-dir", env::kCheckpointDir);
+  bool tuned = !vm["checkpoint-every"].defaulted() || !vm["checkpoint-interval"].defaulted();
+  if (o.checkpoint_dir.empty()) {
+    if (tuned) return fail("--checkpoint-every and --checkpoint-interval need --checkpoint-dir");
+    return {};
+  }
+  o.checkpoint_every = vm["checkpoint-every"].as<long long>();
+  if (o.checkpoint_every < 0) return fail("--checkpoint-every must be 0 (not by count) or more commits");
+  auto interval = seconds(vm, "checkpoint-interval", true);
+  if (!interval) return Failure{interval.error()};
+  o.checkpoint_interval = *interval;
+  if (o.checkpoint_every == 0 && o.checkpoint_interval.count() == 0)
+    return fail("--checkpoint-every 0 and --checkpoint-interval 0: no checkpoint would ever be written");
+  std::error_code ec;
+  auto abs = std::filesystem::absolute(o.checkpoint_dir, ec);
+  if (ec) return fail(fmt::format("--checkpoint-dir '{}': {}", o.checkpoint_dir, ec.message()));
+  o.checkpoint_dir = abs.lexically_normal().string();
+  if (auto ok = check_writable_dir(o.checkpoint_dir); !ok) return fail("--checkpoint-dir: " + ok.error());
+  o.env.push_back(fmt::format("{}={}", env::kCheckpointDir, o.checkpoint_dir));
+  o.env.push_back(fmt::format("{}={}", env::kCheckpointEvery, o.checkpoint_every));
+  o.env.push_back(fmt::format("{}={}", env::kCheckpointInterval, o.checkpoint_interval.count() / 1000.0));
+  return {};
+}
+
 // An inherited descriptor, checked now so that a wrong one is a usage error with its
 // reason rather than a job whose reports go nowhere.
 Result<void> parse_report_fd(const po::variables_map& vm, Options& o) {
@@ -306,6 +339,7 @@ Result<ParseOutcome> parse_options(int argc, const char* const* argv) {
     if (!given) return Failure{given.error()};
     o.env.insert(o.env.end(), given->begin(), given->end());
   }
+  if (auto ok = parse_checkpoint(vm, o); !ok) return Failure{ok.error()};
   return out.options = std::move(o), out;
 }
 

@@ -49,6 +49,12 @@ struct Options {
   // starting a daemon (locally or over SSH); 0: start one.
   int daemon_port = 0;
   std::string daemon_secret_file;  // the cluster secret for daemon_port
+  // Durable checkpoints of the elastic State (collective/src/api/durable.h): the
+  // directory, absolute and checked writable; empty: none. Passed to the workers as
+  // ELASTICRUN_CHECKPOINT_*.
+  std::string checkpoint_dir;
+  long long checkpoint_every = 10;                    // commits; 0: not by count
+  std::chrono::milliseconds checkpoint_interval{60000};  // 0: not by time
 };
 
 // What parse() decided: run a job, or print something and exit.

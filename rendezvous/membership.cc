@@ -38,18 +38,23 @@ int Membership::usable_slots(TimePoint now) const {
   return n;
 }
 
-std::optional<Plan> Membership::plan(const Assignment& current, const std::set<Place>& alive, TimePoint now) const {
+std::optional<Plan> Membership::plan(const Assignment& current, const std::set<Place>& alive, TimePoint now,
+                                     const std::set<Place>& holders) const {
   auto hosts = usable(now);
-  // Order: hosts of the current epoch that still have a live worker, in their old
-  // order; then every other usable host in discovery order.
+  // Order: hosts of the current epoch that still have a live worker holding the state,
+  // then those with any live worker, each in their old order; then every other usable
+  // host in discovery order.
   std::vector<discovery::Host> ordered;
   std::set<std::string> placed;
-  for (const auto& w : current.workers) {
-    if (placed.count(w.host) || !alive.count({w.host, w.slot})) continue;
-    auto it = std::find_if(hosts.begin(), hosts.end(), [&](const auto& h) { return h.name == w.host; });
-    if (it == hosts.end()) continue;
-    ordered.push_back(*it);
-    placed.insert(w.host);
+  for (bool holding : {true, false}) {
+    for (const auto& w : current.workers) {
+      Place p{w.host, w.slot};
+      if (placed.count(w.host) || !alive.count(p) || (holding && !holders.count(p))) continue;
+      auto it = std::find_if(hosts.begin(), hosts.end(), [&](const auto& h) { return h.name == w.host; });
+      if (it == hosts.end()) continue;
+      ordered.push_back(*it);
+      placed.insert(w.host);
+    }
   }
   for (const auto& h : hosts)
     if (!placed.count(h.name)) ordered.push_back(h);

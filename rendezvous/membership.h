@@ -53,8 +53,11 @@ class Membership {
   std::vector<discovery::Host> usable(TimePoint now) const;
   int usable_slots(TimePoint now) const;
   // The next epoch given the current one and the places whose workers are alive.
-  // nullopt when fewer than min_np slots are usable.
-  std::optional<Plan> plan(const Assignment& current, const std::set<Place>& alive, TimePoint now) const;
+  // nullopt when fewer than min_np slots are usable. Hosts with a live worker among
+  // `holders` (those holding the job's state) come first, so that rank 0 holds it when
+  // any survivor does; then the other hosts of the current epoch with a live worker.
+  std::optional<Plan> plan(const Assignment& current, const std::set<Place>& alive, TimePoint now,
+                           const std::set<Place>& holders = {}) const;
   // Whether plan() would differ from `current` (hosts or slots changed).
   bool changed(const Assignment& current, const std::set<Place>& alive, TimePoint now) const;
   // When the earliest blacklisted host's cool-down ends, if any does.

@@ -277,6 +277,73 @@ TEST(Controller, NoSurvivorWithCommittedStateEndsTheJob) {
             std::string::npos);
 }
 
+// The second half of a total loss lands before the epoch that replaced the first half
+// formed: the worker started for it holds no state, so it is no survivor of the state.
+TEST(Controller, AWorkerOfAnEpochThatNeverFormedHoldsNoState) {
+  for (bool durable : {false, true}) {
+    auto cfg = elastic(1, 2);
+    cfg.durable = durable;
+    Driver d(cfg);
+    d.c.use_hosts({{"a", 1}, {"b", 1}, {"c", 1}}, t0());
+    d.start_and_join_all();
+    d.c.worker_exited("b", d.exit_of("b", 0, 1), t0() + 1s);
+    ASSERT_EQ(d.c.assignment().epoch, 2u);  // a kept as rank 0, c started
+    auto c = d.place("c", 0);
+    d.c.worker_started("c", 0, d.pid_of(c));
+    d.drain();
+    d.c.worker_exited("a", d.exit_of("a", 0, 1), t0() + 2s);  // before epoch 2 formed
+    auto cmds = d.drain();
+    if (!durable) {
+      ASSERT_TRUE(d.c.finished());
+      EXPECT_EQ(d.c.exit_code(), exit_code::kWorkerFailed);
+      EXPECT_NE(Driver::said(cmds).find("no surviving worker holds committed state (those left were started for "
+                                        "epoch 2, which never formed"),
+                std::string::npos)
+          << Driver::said(cmds);
+    } else {
+      ASSERT_FALSE(d.c.finished());
+      ASSERT_EQ(d.c.assignment().epoch, 3u);
+      EXPECT_EQ(d.c.assignment().workers[0].host, "c");  // rank 0 without state: it restores
+      EXPECT_NE(Driver::said(cmds).find("epoch 3 restores from the newest durable checkpoint"), std::string::npos)
+          << Driver::said(cmds);
+    }
+  }
+}
+
+// With durable checkpoints the same loss starts an epoch of new workers, which restore
+// from the newest checkpoint by themselves (the library's rank 0 that holds no state).
+TEST(Controller, NoSurvivorWithDurableCheckpointsStartsAFreshEpoch) {
+  auto cfg = elastic(1, 2);
+  cfg.durable = true;
+  Driver d(cfg);
+  d.c.use_hosts({{"a", 2}, {"c", 1}}, t0());
+  d.start_and_join_all();
+  d.drain();
+  d.c.worker_exited("a", d.exit_of("a", 0, 1), t0() + 2s);
+  ASSERT_FALSE(d.c.finished());
+  auto cmds = d.drain();
+  ASSERT_EQ(d.c.assignment().epoch, 2u);
+  ASSERT_EQ(d.c.assignment().size(), 1);
+  EXPECT_EQ(d.c.assignment().workers[0].host, "c");
+  auto spawns = Driver::only<command::Spawn>(cmds);
+  ASSERT_EQ(spawns.size(), 1u);
+  EXPECT_EQ(spawns[0].place, (Place{"c", 0}));
+  EXPECT_NE(Driver::said(cmds).find("every worker holding the job's state is gone: epoch 2 restores from the newest "
+                                    "durable checkpoint"),
+            std::string::npos)
+      << Driver::said(cmds);
+  bool flagged = false;
+  for (const auto& e : Driver::only<command::Emit>(cmds))
+    if (e.event == "reset") flagged = e.fields.at("from_checkpoint").get<bool>();
+  EXPECT_TRUE(flagged);
+  // The new epoch forms and finishes like any other.
+  d.start_and_join_all();
+  d.c.worker_exited("c", d.exit_of("c", 0, 0), t0() + 3s);
+  d.drain();
+  EXPECT_TRUE(d.c.finished());
+  EXPECT_EQ(d.c.exit_code(), 0);
+}
+
 // A daemon that could not start fails its host's workers like any lost daemon does;
 // outside elastic mode it ends the job as a launch failure.
 TEST(Controller, ADaemonThatCannotStartFailsItsHost) {

@@ -99,6 +99,30 @@ TEST(DurableState, RankZeroWritesEveryNCommitsAndANewJobResumes) {
   }
 }
 
+// Commits due faster than the disk: waiting ones are replaced by newer ones, and the
+// newest is written before the State goes.
+TEST(DurableState, TheNewestDueCommitIsAlwaysWritten) {
+  CheckpointEnv env("1", "0");
+  run_contexts(2, "fast/", [&](int, Context& ctx) {
+    std::vector<double> w(1 << 16, 0.0);  // 512 KiB: each write takes a while
+    State st(ctx, quiet_hooks());
+    st.track("weights", std::span(w));
+    st.sync();
+    for (int c = 1; c <= 50; ++c) {
+      w[0] = c;
+      st.commit();
+    }
+  });
+  auto files = env.commits();
+  ASSERT_FALSE(files.empty());
+  EXPECT_EQ(files[0], 50u);
+  auto l = ckpt::read(env.file(50));
+  ASSERT_TRUE(l) << l.error();
+  double first;
+  std::memcpy(&first, l->payload.data(), sizeof first);
+  EXPECT_EQ(first, 50.0);
+}
+
 TEST(DurableState, WithoutADirectoryNothingIsWrittenOrLoaded) {
   for (const auto& [w, step, commits] : resume()) {
     EXPECT_EQ(w, -1.0);

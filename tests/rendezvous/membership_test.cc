@@ -50,6 +50,19 @@ TEST(Membership, SurvivorsKeepTheirOrderAndNewHostsAreAppended) {
   EXPECT_EQ(p->spawn[0].host, "z");
 }
 
+// A worker started for an epoch that never formed holds no state: a survivor that does
+// goes first, so that rank 0 (whose state every rank takes) is one of those.
+TEST(Membership, SurvivorsHoldingStateComeFirst) {
+  Membership m({1, 0, std::nullopt});
+  m.set_discovered({{"n", 1}, {"b", 1}});
+  Assignment current = m.plan(Assignment{}, {}, t0())->assignment;  // n rank 0, b rank 1
+  auto p = m.plan(current, all_alive(current), t0(), {{"b", 0}});
+  ASSERT_TRUE(p);
+  EXPECT_EQ(hosts_of(p->assignment), (std::vector<std::string>{"b:0", "n:0"}));
+  // Without holders, the old order.
+  EXPECT_EQ(hosts_of(m.plan(current, all_alive(current), t0())->assignment), (std::vector<std::string>{"n:0", "b:0"}));
+}
+
 TEST(Membership, RemovedHostsWorkersAreStopped) {
   Membership m({1, 0, std::nullopt});
   m.set_discovered({{"a", 1}, {"b", 2}});

@@ -41,9 +41,7 @@ bool Durable::due(std::uint64_t commit) {
   if (ctx_.comm().rank() != 0) return false;
   bool by_count = cfg_.every > 0 && commit >= last_commit_ + cfg_.every;
   bool by_time = cfg_.interval.count() > 0 && Clock::now() - last_time_ >= cfg_.interval;
-  if (!by_count && !by_time) return false;
-  std::lock_guard lock(mu_);
-  return !busy_;
+  return by_count || by_time;
 }
 
 void Durable::save(std::uint64_t commit, const std::string& kind, std::vector<ckpt::Item> items,
@@ -61,7 +59,8 @@ void Durable::save(std::uint64_t commit, const std::string& kind, std::vector<ck
   job.payload = std::move(payload);
   {
     std::lock_guard lock(mu_);
-    payload = std::move(spare_);
+    // A job not yet taken is replaced by this newer one; its buffer is reused.
+    payload = job_ ? std::move(job_->payload) : std::move(spare_);
     job_ = std::move(job);
     busy_ = true;
   }
@@ -75,7 +74,7 @@ void Durable::writer() {
   std::unique_lock lock(mu_);
   for (;;) {
     cv_.wait(lock, [&] { return stop_ || job_; });
-    if (!job_) return;  // stopping with nothing handed over
+    if (!job_) return;  // stopping with nothing handed over; a job handed over is written first
     Job job = std::move(*job_);
     job_.reset();
     lock.unlock();
@@ -92,7 +91,7 @@ void Durable::writer() {
     }
     lock.lock();
     spare_ = std::move(job.payload);
-    busy_ = false;
+    busy_ = job_.has_value();
     cv_.notify_all();
   }
 }

@@ -4,10 +4,11 @@
 // Rank 0 of the current epoch writes a copy of the committed state every N commits
 // (ELASTICRUN_CHECKPOINT_EVERY) or at the first commit T seconds after the last copy
 // (ELASTICRUN_CHECKPOINT_INTERVAL), on a thread of its own: commit() copies the state
-// into a buffer and returns; the disk is not waited for. While a write is in progress no
-// other starts: a commit that falls due meanwhile is skipped and the next one is
-// written, so a slow disk costs checkpoints, never training time. The file format and
-// the atomic write are control/checkpoint_file.h.
+// into a buffer and returns; the disk is not waited for. One write runs at a time and
+// one more waits: a commit that falls due while the writer is busy replaces the one
+// waiting, so a slow disk costs intermediate checkpoints, never training time, and the
+// newest due commit is always written (the destructor waits for it). The file format
+// and the atomic write are control/checkpoint_file.h.
 //
 // A worker that holds no state (it never took part in a sync) and is rank 0 loads the
 // newest intact checkpoint before its first sync: at the first start of a job whose
@@ -48,13 +49,13 @@ class Durable {
   // for a bad setting.
   static std::unique_ptr<Durable> from_settings(Context& ctx);
   Durable(Context& ctx, collective::settings::Checkpoint cfg, Notify notify);
-  ~Durable();  // waits for the write in progress
+  ~Durable();  // waits for the write in progress and the one waiting
   Durable(const Durable&) = delete;
   Durable& operator=(const Durable&) = delete;
 
   const std::string& dir() const { return cfg_.dir; }
-  // Whether this rank should write commit number `commit` now: rank 0, due by count or
-  // by time, and no write in progress.
+  // Whether this rank should write commit number `commit`: rank 0, due by count or by
+  // time.
   bool due(std::uint64_t commit);
   // Hands the committed state to the writer thread: `payload` (the items' bytes in
   // order, described by `items`) is taken and an earlier buffer given back for reuse.
@@ -86,8 +87,8 @@ class Durable {
   std::chrono::steady_clock::time_point last_time_;
   std::mutex mu_;
   std::condition_variable cv_;
-  std::optional<Job> job_;       // handed over, not yet written
-  bool busy_ = false;            // a job is handed over or being written
+  std::optional<Job> job_;       // handed over, not yet taken by the writer
+  bool busy_ = false;            // a job is waiting or being written
   bool stop_ = false;
   std::vector<std::byte> spare_;  // the buffer of the last write, for reuse
   std::thread thread_;

@@ -255,25 +255,11 @@ Newest newest(const std::string& dir) {
       n.loaded = std::move(*l);
       break;
     }
-    n.skipped.emplace_back(path, l.error());
+    std::string why = l.error();
+    if (why.rfind(path + ": ", 0) == 0) why.erase(0, path.size() + 2);  // the path is said once, beside it
+    n.skipped.emplace_back(path, why);
   }
   return n;
-}
-
-Result<void> check_writable(const std::string& dir) {
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec) return fail("cannot create '" + dir + "': " + ec.message());
-  if (!fs::is_directory(dir, ec)) return fail("'" + dir + "' is not a directory");
-  std::string probe = dir + "/.probe-" + std::to_string(::getpid());
-  int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return fail(errno_text("cannot write in the directory, creating", probe));
-  bool ok = write_all(fd, std::as_bytes(std::span("x", 1))) && ::fsync(fd) == 0;
-  std::string err = ok ? "" : errno_text("cannot write", probe);
-  ::close(fd);
-  ::unlink(probe.c_str());
-  if (!ok) return fail(err);
-  return {};
 }
 
 }  // namespace elasticrun::collective::checkpoint

@@ -80,8 +80,4 @@ struct Newest {
 };
 Newest newest(const std::string& dir);
 
-// Makes `dir` (and its parents) if missing and writes, fsyncs and removes a file in it;
-// the error names the step and the reason.
-Result<void> check_writable(const std::string& dir);
-
 }  // namespace elasticrun::collective::checkpoint
