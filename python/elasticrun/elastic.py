@@ -27,9 +27,16 @@ The contract:
   (horovod#3494); a worker added by the reset always receives the state (horovod#2652).
   The launcher makes rank 0 of each epoch a survivor that holds committed state.
 - Snapshots are deep copies: nothing the script mutates in place aliases them.
+- With durable checkpoints (``elasticrun --checkpoint-dir``), ObjectState and TorchState
+  also pickle their committed snapshot to that directory, written in the background by
+  the library on rank 0 every N commits or T seconds; a rank 0 that holds no state yet
+  (a new run, or an epoch after every holder was lost) restores the newest intact one in
+  its first sync (libelasticrun(3), DURABLE CHECKPOINTS).
 """
+import atexit
 import copy
 import functools
+import pickle
 
 import numpy
 
@@ -55,6 +62,7 @@ class State:
     def __init__(self):
         self._reset_callbacks = []
         self._at_commit = False
+        self._holds_state = False  # took part in a sync: holds the job's state
         self.commits = 0
 
     def register_reset_callbacks(self, callbacks):
@@ -71,6 +79,8 @@ class State:
         membership changed."""
         self.save()
         self.commits += 1
+        if _core.checkpoint_due(self.commits):
+            _core.checkpoint_save(self.commits, pickle.dumps(self._durable(), protocol=pickle.HIGHEST_PROTOCOL))
         self.check_host_updates()
 
     def check_host_updates(self):
@@ -88,6 +98,37 @@ class State:
 
     def sync(self):
         raise NotImplementedError
+
+    def _durable(self):
+        """The committed snapshot as one picklable object (for durable checkpoints)."""
+        raise NotImplementedError(type(self).__name__ + " keeps no durable checkpoints")
+
+    def _load_durable(self, snapshot):
+        """Makes `snapshot` (what _durable returned) the committed state and the live one."""
+        raise NotImplementedError(type(self).__name__ + " keeps no durable checkpoints")
+
+    def _restore_durable(self):
+        """At the start of every sync, with durable checkpoints on: a rank 0 holding no
+        state loads the newest intact checkpoint. Every rank then agrees, in one
+        allreduce, on whether that failed (all raise together) and on the commit count
+        (rank 0's: it names the checkpoint files, whichever worker writes them later)."""
+        if not _core.checkpoint_enabled():
+            return
+        error = ""
+        if not self._holds_state and _er.rank() == 0:
+            try:
+                loaded = _core.checkpoint_load()
+                if loaded is not None:
+                    self._load_durable(pickle.loads(loaded[1]))
+                    self.commits = loaded[0]
+            except Exception as e:  # noqa: BLE001 - reported on every rank below
+                error = "%s: %s" % (type(e).__name__, e)
+        agreed = numpy.array([1 if error else 0, self.commits], dtype=numpy.int64)
+        _er.allreduce(agreed, op=_er.Max, out=agreed)
+        if agreed[0]:
+            raise _er.ElasticrunError("cannot restore from the durable checkpoints: " +
+                                      (error or "see rank 0's output"))
+        self.commits = int(agreed[1])
 
 
 class ObjectState(State):
@@ -112,15 +153,35 @@ class ObjectState(State):
             setattr(self, name, copy.deepcopy(value))
 
     def sync(self):
+        self._restore_durable()
+        self._sync_objects()
+        self._holds_state = True
+
+    def _sync_objects(self):
         if self._names:
             self._saved_state = self._bcast_object(self._saved_state)
             # This class's restore, not a subclass's: TorchState.restore would also put
             # back its handlers' old snapshots over what their own sync just received.
             ObjectState.restore(self)
 
+    def _durable(self):
+        return {"objects": self._saved_state}
+
+    def _load_durable(self, snapshot):
+        names = sorted(snapshot["objects"])
+        if names != sorted(self._names):
+            raise ValueError("the checkpoint holds attributes %s, this state %s" % (names, sorted(self._names)))
+        self._saved_state = snapshot["objects"]
+        ObjectState.restore(self)
+
 
 def _reset():
     _core.rejoin()
+
+
+# The newest due checkpoint is written before the interpreter's end (not after: the
+# library's context may be gone by then).
+atexit.register(_core.checkpoint_flush)
 
 
 def run(func):

@@ -3,6 +3,7 @@
 // object (numpy arrays, bytearray, memoryview ...) without copying it; the torch layer
 // passes raw tensor pointers through the *_ptr forms. The GIL is released for every wait.
 #include "buffers.h"
+#include "checkpoints.h"
 #include "engine.h"
 
 #include <elasticrun/elasticrun.hpp>
@@ -60,6 +61,7 @@ void do_init() {
 }
 
 void do_shutdown() {
+  flush_checkpoints();
   py::gil_scoped_release nogil;
   engine_slot().reset();
   elasticrun::shutdown();
@@ -309,6 +311,7 @@ PYBIND11_MODULE(_core, m) {
   m.def("host", [] { return engine(), elasticrun::context().topology().host; });
   m.def("resets", [] { return engine(), elasticrun::context().resets(); });
   m.def("hosts_updated", [] { return engine(), elasticrun::context().hosts_updated(); });
+  define_checkpoints(m, []() -> Context& { return engine(), elasticrun::context(); });
   m.def(
       "rejoin",
       [] {

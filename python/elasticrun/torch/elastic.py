@@ -73,6 +73,15 @@ class StateHandler:
         self.value = value
         self.save()
 
+    def durable(self):
+        """The snapshot for a durable checkpoint (picklable): `_saved` by default."""
+        return self._saved
+
+    def load_durable(self, saved):
+        """Takes a durable checkpoint's snapshot as its own and restores it."""
+        self._saved = saved
+        self.restore()
+
 
 class ModelStateHandler(StateHandler):
     """A torch.nn.Module: its state_dict (parameters and buffers), cloned."""
@@ -237,8 +246,22 @@ class TorchState(_elastic.ObjectState):
         super().restore()
 
     def sync(self):
+        self._restore_durable()
         for handler in self._handlers.values():
             handler.sync()
-        super().sync()  # the plain attributes (ObjectState.sync restores only those)
+        self._sync_objects()  # the plain attributes (ObjectState's restores only those)
         self._save_local()
+        self._holds_state = True
+
+    def _durable(self):
+        return {"objects": self._saved_state, "handlers": {n: h.durable() for n, h in self._handlers.items()}}
+
+    def _load_durable(self, snapshot):
+        names = sorted(snapshot["handlers"])
+        if names != sorted(self._handlers):
+            raise ValueError("the checkpoint holds handled attributes %s, this state %s" %
+                             (names, sorted(self._handlers)))
+        for name, handler in self._handlers.items():
+            handler.load_durable(snapshot["handlers"][name])
+        super()._load_durable(snapshot)
 
