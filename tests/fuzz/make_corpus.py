@@ -55,6 +55,24 @@ MESSAGES = {
 }
 
 
+def xxh3(data):
+    """XXH3_64bits from Debian's libxxhash0 (the library the checkpoint code links)."""
+    import ctypes
+    lib = ctypes.CDLL("libxxhash.so.0")
+    lib.XXH3_64bits.restype = ctypes.c_uint64
+    lib.XXH3_64bits.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+    return lib.XXH3_64bits(data, len(data))
+
+
+def checkpoint_file(kind, epoch, commit, items, payload):
+    """A checkpoint file (collective/src/control/checkpoint_file.h), checksums included."""
+    manifest = (string(kind) + u64(epoch) + u64(commit) + u32(len(items)) +
+                b''.join(string(n) + u32(t) + u64(b) for n, t, b in items) +
+                u64(len(payload)) + u64(xxh3(payload)) + string('node1') + u32(42) + u64(1700000000000))
+    head = b'ERCKPT1\n' + u64(len(manifest)) + manifest
+    return head + payload + u64(xxh3(head))
+
+
 def write(target, name, data):
     d = os.path.join(HERE, 'corpus', target)
     os.makedirs(d, exist_ok=True)
@@ -83,6 +101,13 @@ def main():
     write('metrics_fuzz', 'empty', b'{}')
     write('metrics_fuzz', 'escapes', b'{"a\\u00e9\\n":-1e-300, "b": 1.7976931348623157e308}')
     write('metrics_fuzz', 'nested', b'{"a":[1,{"b":2}],"c":null,"d":"x"}')
+    # checkpoint_fuzz: a mode byte (0: as is, 1: trailer recomputed), then a file.
+    write('checkpoint_fuzz', 'state', b'\x00' + checkpoint_file('state', 3, 40, [('w', 5, 16), ('step', 7, 8)],
+                                                                 bytes(range(24))))
+    write('checkpoint_fuzz', 'python', b'\x01' + checkpoint_file('python', 1, 7, [('pickle', 0, 5)], b'\x80\x05N.\x00'))
+    write('checkpoint_fuzz', 'empty', b'\x00' + checkpoint_file('state', 0, 0, [], b''))
+    write('options_fuzz', 'checkpoint', b'--checkpoint-dir\x00/tmp/ck\x00--checkpoint-every\x005\x00'
+          b'--checkpoint-interval\x000.5\x00prog')
     write('options_fuzz', 'report-fd', b'--report-fd\x003\x00-np\x002\x00./train')
     write('options_fuzz', 'np', b'-np\x004\x00-H\x00a:2,b:2\x00./train')
     write('options_fuzz', 'elastic', b'--min-np\x002\x00--max-np\x004\x00--host-discovery-script\x00./d.sh\x00'
