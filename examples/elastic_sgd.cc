@@ -52,7 +52,7 @@ struct Options {
   int dim = 16;
   int batch = 64;
   std::int64_t commit_every = 10;
-  bool report = false;  // report(step) to the driver after every commit
+  bool report = false;  // report(step) to the driver after every commit; stop when told
   std::uint64_t seed = 1;
   int step_ms = 0;
   bool reference = false;
@@ -250,8 +250,10 @@ void train(const Options& o, Model& m, elasticrun::State& st) {
     }
     report_commit(o, m, t);
     // Progress for the driver (its --events, or a sweep): what scripts/schedule 8gpu_exp
-    // resizes on. Right after the commit, so a reset it raises loses no step.
-    if (o.report) elasticrun::report(m.step, {{"step", static_cast<double>(m.step)}});
+    // resizes on. Right after the commit, so a reset it raises loses no step. Told to
+    // stop (elasticrun --report-fd: scripts/chaos ends its soak so), every rank leaves
+    // here, at this committed step: the final model is the reference's for --steps N.
+    if (o.report && elasticrun::report(m.step, {{"step", static_cast<double>(m.step)}})) return;
   }
 }
 
