@@ -8,6 +8,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <csignal>
 
 namespace elasticrun::cmd {
@@ -112,6 +113,63 @@ TEST(Controller, ElasticFailureBlacklistsTheHostAndStopsItsOtherWorkers) {
   ASSERT_EQ(kill.size(), 1u);
   EXPECT_EQ(kill[0].place, (Place{"b", 1}));
   EXPECT_EQ(kill[0].signal, SIGKILL);
+}
+
+// A worker silent for --worker-timeout (SIGSTOPped, frozen) fails like a dead one: its
+// host is blacklisted with the cause, the silent process gets SIGKILL at once (a stopped
+// process acts on no SIGTERM), its host's other worker the usual SIGTERM-then-SIGKILL, and
+// the survivors are told at once (abort).
+TEST(Controller, ASilentWorkerIsFailedKilledAndItsHostBlacklisted) {
+  Driver d(elastic(1));
+  d.c.use_hosts({{"a", 1}, {"b", 2}}, t0());
+  d.start_and_join_all();
+  d.drain();
+  auto b0 = d.place("b", 0);
+  d.c.worker_silent(b0, 5230ms, t0() + 6s);
+  auto cmds = d.drain();
+  EXPECT_EQ(Driver::said(cmds), "rank 1 (host 'b', slot 0, pid 98110) sent nothing for 5.2 s, not even a heartbeat "
+                                "(--worker-timeout); blacklisting host 'b'\n");
+  auto emits = Driver::only<command::Emit>(cmds);
+  auto bl = std::find_if(emits.begin(), emits.end(), [](const auto& e) { return e.event == "host_blacklisted"; });
+  ASSERT_NE(bl, emits.end());
+  EXPECT_EQ(bl->fields["cause"], "worker_timeout");
+  EXPECT_EQ(bl->fields["host"], "b");
+  auto signals = Driver::only<command::Signal>(cmds);
+  ASSERT_EQ(signals.size(), 2u);
+  EXPECT_EQ(signals[0].place, (Place{"b", 0}));
+  EXPECT_EQ(signals[0].signal, SIGKILL);
+  EXPECT_EQ(signals[1].place, (Place{"b", 1}));
+  EXPECT_EQ(signals[1].signal, SIGTERM);
+  auto epochs = Driver::only<command::StartEpoch>(cmds);
+  ASSERT_EQ(epochs.size(), 1u);
+  EXPECT_EQ(epochs[0].kind, msg::NotifyKind::abort);
+  EXPECT_EQ(epochs[0].assignment.size(), 1);
+  // The killed worker's exit and a late report of the same silence change nothing.
+  d.c.worker_exited("b", msg::Exited{0, 98110, 0, SIGKILL}, t0() + 6s);
+  d.c.worker_silent(b0, 5400ms, t0() + 6s);
+  EXPECT_TRUE(Driver::only<command::StartEpoch>(d.drain()).empty());
+  EXPECT_EQ(d.c.resets(), 1);
+  // b's other worker, if it ignores SIGTERM (or is stopped too), gets SIGKILL at the grace.
+  d.c.tick(t0() + 8s - 1ms);
+  EXPECT_TRUE(Driver::only<command::Signal>(d.drain()).empty());
+  d.c.tick(t0() + 8s);
+  auto kill = Driver::only<command::Signal>(d.drain());
+  ASSERT_EQ(kill.size(), 1u);
+  EXPECT_EQ(kill[0].place, (Place{"b", 1}));
+  EXPECT_EQ(kill[0].signal, SIGKILL);
+}
+
+// Outside elastic mode a silent worker ends the job at once, naming it.
+TEST(Controller, ASilentWorkerEndsAFixedJob) {
+  Driver d(fixed(2));
+  d.c.use_hosts({{"a", 2}}, t0());
+  d.start_and_join_all();
+  d.drain();
+  d.c.worker_silent(d.place("a", 1), 5000ms, t0() + 6s);
+  ASSERT_TRUE(d.c.finished());
+  EXPECT_EQ(d.c.exit_code(), exit_code::kWorkerFailed);
+  EXPECT_EQ(Driver::said(d.drain()),
+            "rank 1 (host 'a', slot 1, pid 97111) sent nothing for 5.0 s, not even a heartbeat (--worker-timeout)\n");
 }
 
 TEST(Controller, AStoppedWorkerThatExitsInTimeGetsNoSigkill) {

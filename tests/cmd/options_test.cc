@@ -96,6 +96,12 @@ TEST(Options, BadInputsHaveClearMessages) {
       {{"--host-timeout", "86401", "prog"}, "from 1 to 86400"},
       {{"--host-timeout", "nan", "prog"}, "from 1 to 86400"},
       {{"--host-timeout", "soon", "prog"}, "invalid"},
+      {{"--worker-timeout", "0.5", "prog"}, "must be 0 (off) or a number of seconds from 1 to 86400"},
+      {{"--worker-timeout", "-1", "prog"}, "0 (off) or"},
+      {{"--worker-timeout", "86401", "prog"}, "0 (off) or"},
+      {{"--worker-timeout", "inf", "prog"}, "0 (off) or"},
+      {{"--worker-timeout", "nan", "prog"}, "0 (off) or"},
+      {{"--worker-timeout", "later", "prog"}, "invalid"},
   };
   for (const auto& c : cases) {
     auto r = parse(c.args);
@@ -112,6 +118,18 @@ TEST(Options, HostTimeoutSetsTheKeepAliveOfSshConnectionsToo) {
   ASSERT_TRUE(r.ok()) << r.error();
   EXPECT_EQ(r->options->host_timeout, std::chrono::milliseconds(2500));
   EXPECT_EQ(r->options->ssh.keep_alive, std::chrono::milliseconds(2500));
+}
+
+TEST(Options, WorkerTimeoutDefaultsToFiveSecondsAndZeroTurnsItOff) {
+  auto r = parse({"./train"});
+  ASSERT_TRUE(r.ok()) << r.error();
+  EXPECT_EQ(r->options->worker_timeout, std::chrono::milliseconds(5000));
+  r = parse({"--worker-timeout", "1.5", "./train"});
+  ASSERT_TRUE(r.ok()) << r.error();
+  EXPECT_EQ(r->options->worker_timeout, std::chrono::milliseconds(1500));
+  r = parse({"--worker-timeout=0", "./train"});
+  ASSERT_TRUE(r.ok()) << r.error();
+  EXPECT_EQ(r->options->worker_timeout, std::chrono::milliseconds(0));
 }
 
 TEST(Options, ElasticFlags) {

@@ -90,6 +90,7 @@ def main():
           b'--blacklist-cooldown-range\x001\x0010\x00--\x00python3\x00train.py')
     write('options_fuzz', 'env', b'-x\x00A=1\x00-xHOME\x00--start-timeout=5\x00--log-level\x00info\x00prog\x00--np')
     write('options_fuzz', 'help', b'--help')
+    write('options_fuzz', 'worker-timeout', b'--worker-timeout\x002.5\x00--host-timeout=30\x00-np\x002\x00prog')
     write('options_fuzz', 'timeouts', b'--discovery-interval\x000.5\x00--reset-limit\x003\x00--slots-per-host\x002\x00'
           b'--output-filename\x00out\x00--events\x00ev.jsonl\x00-v\x00cmd')
 
