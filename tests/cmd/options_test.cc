@@ -121,15 +121,16 @@ TEST(Options, HostTimeoutSetsTheKeepAliveOfSshConnectionsToo) {
 }
 
 TEST(Options, WorkerTimeoutDefaultsToFiveSecondsAndZeroTurnsItOff) {
-  auto r = parse({"./train"});
-  ASSERT_TRUE(r.ok()) << r.error();
-  EXPECT_EQ(r->options->worker_timeout, std::chrono::milliseconds(5000));
-  r = parse({"--worker-timeout", "1.5", "./train"});
-  ASSERT_TRUE(r.ok()) << r.error();
-  EXPECT_EQ(r->options->worker_timeout, std::chrono::milliseconds(1500));
-  r = parse({"--worker-timeout=0", "./train"});
-  ASSERT_TRUE(r.ok()) << r.error();
-  EXPECT_EQ(r->options->worker_timeout, std::chrono::milliseconds(0));
+  struct {
+    std::vector<std::string> args;
+    long long ms;
+  } cases[] = {{{"./train"}, 5000}, {{"--worker-timeout", "1.5", "./train"}, 1500},
+               {{"--worker-timeout=0", "./train"}, 0}, {{"--worker-timeout", "86400", "./train"}, 86400000}};
+  for (const auto& c : cases) {
+    auto r = parse(c.args);
+    ASSERT_TRUE(r.ok()) << r.error();
+    EXPECT_EQ(r->options->worker_timeout, std::chrono::milliseconds(c.ms)) << c.args[0];
+  }
 }
 
 TEST(Options, ElasticFlags) {

@@ -8,7 +8,7 @@ import re
 import signal
 import time
 
-from conftest import TESTPROG, our_processes
+from conftest import TESTPROG, gone_within
 from test_elastic import epochs, first, wait_for_event
 from test_launch import wait_for_workers, worker_and_daemon_on
 from test_sgd import ARGS, SGD, check, host_of, reference, sgd_workers
@@ -32,10 +32,7 @@ def test_sigstopped_worker_is_failed_within_the_worker_timeout(job, tmp_path):
     # Its last beat came at most one interval (0.4 s) before the stop; the silence is
     # found within a liveness tick (0.1 s) of the timeout; slack for a loaded machine.
     assert 1.5 < detected < 3.5, f"failed {detected:.2f} s after SIGSTOP"
-    deadline = time.monotonic() + 5
-    while victim in our_processes(job.tag) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert victim not in our_processes(job.tag), "the stopped worker was not killed"
+    assert gone_within(job, victim), "the stopped worker was not killed"
     out, err = p.communicate(timeout=60)
     check(out, err, p.returncode, 2, reference(), min_epoch=2)
     events = job.events(ev)
