@@ -162,6 +162,15 @@ void EpochController::worker_lost(const rendezvous::WorkerPlace& p, TimePoint no
   if (worker(p)) worker_failed({p.host, p.slot}, {Failure::Kind::connection_lost, "lost its rendezvous connection"}, now);
 }
 
+void EpochController::worker_silent(const rendezvous::WorkerPlace& p, std::chrono::milliseconds silent,
+                                    TimePoint now) {
+  if (!worker(p)) return;
+  worker_failed({p.host, p.slot},
+                {Failure::Kind::worker_timeout,
+                 fmt::format("sent nothing for {:.1f} s, not even a heartbeat (--worker-timeout)", silent.count() / 1000.0)},
+                now);
+}
+
 void EpochController::worker_exited(const std::string& host, const msg::Exited& e, TimePoint now) {
   Place p{host, static_cast<int>(e.slot)};
   auto report = [&](const Worker& w, bool removed) {

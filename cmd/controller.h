@@ -114,6 +114,9 @@ class EpochController {
   // From the rendezvous server; `p.started_epoch` says which process it is.
   void worker_joined(const rendezvous::WorkerPlace& p, std::uint64_t epoch);
   void worker_lost(const rendezvous::WorkerPlace& p, TimePoint now);  // its connection closed
+  // It sent nothing, not even a heartbeat, for `silent` (>= --worker-timeout): the server
+  // closed its connection. Failed like a worker that died: the process is killed.
+  void worker_silent(const rendezvous::WorkerPlace& p, std::chrono::milliseconds silent, TimePoint now);
   void epoch_abandoned(const rendezvous::WorkerPlace& p, std::uint64_t epoch, TimePoint now);
   // From the daemons.
   void worker_exited(const std::string& host, const msg::Exited& e, TimePoint now);
@@ -161,7 +164,7 @@ class EpochController {
   // Why a worker (or a whole host) is failed. The kind decides what happens; the text
   // is for people.
   struct Failure {
-    enum class Kind { exited, connection_lost, join_timeout, daemon_lost } kind;
+    enum class Kind { exited, connection_lost, join_timeout, daemon_lost, worker_timeout } kind;
     std::string text;
   };
 

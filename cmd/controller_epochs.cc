@@ -72,7 +72,8 @@ void EpochController::worker_failed(const Place& p, const Failure& why, TimePoin
   }
   auto cooldown = membership_.blacklist(p.first, now);
   cooldown_end_ = membership_.next_expiry(now);
-  static constexpr const char* kCause[] = {"exited", "connection_lost", "join_timeout", "daemon_lost"};
+  static constexpr const char* kCause[] = {"exited", "connection_lost", "join_timeout", "daemon_lost",
+                                           "worker_timeout"};
   emit("host_blacklisted", {{"host", p.first}, {"reason", why.text}, {"cause", kCause[static_cast<int>(why.kind)]},
                             {"cooldown_s", cooldown ? cooldown->count() / 1000.0 : -1.0}});
   std::vector<Place> rest;

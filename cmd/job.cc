@@ -82,6 +82,9 @@ Result<void> Job::start() {
   cb.on_worker_lost = [this](const rendezvous::WorkerPlace& p, std::uint64_t) {
     feed([p](EpochController& c, TimePoint now) { c.worker_lost(p, now); });
   };
+  cb.on_worker_silent = [this](const rendezvous::WorkerPlace& p, std::uint64_t, std::chrono::milliseconds silent) {
+    feed([p, silent](EpochController& c, TimePoint now) { c.worker_silent(p, silent, now); });
+  };
   cb.on_report = [this](const rendezvous::WorkerPlace& p, std::uint64_t e, std::int64_t step,
                         const nlohmann::json& metrics, rendezvous::ReportAnswer answer) {
     on_report(p, e, step, metrics, std::move(answer));
@@ -92,7 +95,8 @@ Result<void> Job::start() {
   try {
     server_ = std::make_unique<rendezvous::Server>(
         io_, secret_, asio::ip::tcp::endpoint(asio::ip::make_address(remote ? "0.0.0.0" : "127.0.0.1"), 0),
-        std::move(cb), rendezvous::ServerLimits{.keep_alive = opts_.host_timeout});
+        std::move(cb),
+        rendezvous::ServerLimits{.keep_alive = opts_.host_timeout, .worker_timeout = opts_.worker_timeout});
   } catch (const std::exception& e) {
     return fail(std::string("cannot start the rendezvous server: ") + e.what());
   }

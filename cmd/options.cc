@@ -36,6 +36,7 @@ po::options_description describe() {
       ("output-filename", po::value<std::string>(), "also write each rank's output to DIR/rank.N/{stdout,stderr}")
       ("start-timeout", po::value<double>()->default_value(60), "seconds for every worker to start and join")
       ("host-timeout", po::value<double>()->default_value(net::kDefaultHostTimeout.count() / 1000.0), "seconds of silence (no heartbeat) after which a host is taken for gone, 1..86400")
+      ("worker-timeout", po::value<double>()->default_value(kDefaultWorkerTimeout.count() / 1000.0), "seconds a worker (one using libelasticrun) may send nothing, not even its library's heartbeats, before it is failed as stopped or frozen; 0: never; else 1..86400")
       ("daemon-path", po::value<std::string>(), "path of elasticrund (default: beside elasticrun, then PATH)")
       ("env,x", po::value<std::vector<std::string>>(), "pass VAR (from this environment) or VAR=VALUE to the workers; repeatable")
       ("log-level", po::value<std::string>(), "error|warn|info|debug, or per component: warn,rendezvous=debug")
@@ -139,6 +140,15 @@ Result<void> parse_elastic(const po::variables_map& vm, Options& o) {
                             std::chrono::milliseconds(static_cast<long long>(r[1] * 1000))};
   }
   return {};
+}
+
+// A timeout of 1 to 86400 seconds (the range the daemon's Config carries), or 0 for
+// off where `zero_is_off`.
+Result<std::chrono::milliseconds> timeout_seconds(const po::variables_map& vm, const char* name, bool zero_is_off) {
+  double v = vm[name].as<double>();
+  if (!((zero_is_off && v == 0) || (v >= 1 && v <= msg::kMaxHostTimeoutMs / 1000)))
+    return fail(fmt::format("--{} must be {}a number of seconds from 1 to 86400", name, zero_is_off ? "0 (off) or " : ""));
+  return std::chrono::milliseconds(static_cast<long long>(v * 1000));
 }
 
 std::string flag_or_env(const po::variables_map& vm, const char* flag, const char* env) {
@@ -322,11 +332,12 @@ Result<ParseOutcome> parse_options(int argc, const char* const* argv) {
   double st = vm["start-timeout"].as<double>();
   if (!(st > 0 && st < 1e6)) return fail("--start-timeout must be a positive number of seconds");
   o.start_timeout = std::chrono::milliseconds(static_cast<long long>(st * 1000));
-  double ht = vm["host-timeout"].as<double>();
-  if (!(ht >= 1 && ht <= msg::kMaxHostTimeoutMs / 1000))
-    return fail("--host-timeout must be a number of seconds from 1 to 86400");
-  o.host_timeout = std::chrono::milliseconds(static_cast<long long>(ht * 1000));
-  o.ssh.keep_alive = o.host_timeout;
+  auto ht = timeout_seconds(vm, "host-timeout", false);
+  if (!ht) return Failure{ht.error()};
+  o.host_timeout = o.ssh.keep_alive = *ht;
+  auto wt = timeout_seconds(vm, "worker-timeout", true);
+  if (!wt) return Failure{wt.error()};
+  o.worker_timeout = *wt;
   if (vm.count("events")) o.events_file = vm["events"].as<std::string>();
   if (auto ok = parse_report_fd(vm, o); !ok) return Failure{ok.error()};
   if (vm.count("output-filename")) o.output_dir = vm["output-filename"].as<std::string>();

@@ -14,6 +14,10 @@
 
 namespace elasticrun::cmd {
 
+// --worker-timeout's default: a healthy worker's library beats every second, so it is
+// failed only after missing four beats in a row (man/elasticrun.1 says why that is safe).
+inline constexpr std::chrono::milliseconds kDefaultWorkerTimeout{5000};
+
 struct Options {
   int np = 0;  // 0: every slot offered
   std::vector<discovery::Host> hosts;
@@ -26,6 +30,9 @@ struct Options {
   // A host whose daemon sends nothing for this long is taken for gone (its workers
   // fail), and its daemon stops its workers when the driver is that silent.
   std::chrono::milliseconds host_timeout = net::kDefaultHostTimeout;
+  // A worker that joined the rendezvous and then sends nothing, not even its library's
+  // heartbeats, for this long is failed (stopped, frozen); 0: never.
+  std::chrono::milliseconds worker_timeout = kDefaultWorkerTimeout;
   std::vector<std::string> command;
 
   // Elastic mode: on with --host-discovery-script or --min-np.

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 #include <poll.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -87,7 +88,10 @@ Result<void> FdChannel::write(const Frame& f, Clock::time_point deadline) {
   wire::Bytes data = encode_frame(f);
   std::size_t off = 0;
   while (off < data.size()) {
-    ssize_t n = ::write(wfd_, data.data() + off, data.size() - off);
+    // A socket gets MSG_NOSIGNAL: a peer that went away is an error here, not a SIGPIPE
+    // that kills a worker whose program left SIGPIPE at its default.
+    ssize_t n = ::send(wfd_, data.data() + off, data.size() - off, MSG_NOSIGNAL);
+    if (n < 0 && errno == ENOTSOCK) n = ::write(wfd_, data.data() + off, data.size() - off);
     if (n > 0) {
       off += static_cast<std::size_t>(n);
       continue;

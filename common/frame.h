@@ -52,6 +52,7 @@ class FrameParser {
 };
 
 // Blocking frame I/O on a file descriptor (socket or pipe), each call bounded by a deadline.
+// Writing to a socket whose peer has gone is an error, never SIGPIPE.
 class FdChannel {
  public:
   using Clock = std::chrono::steady_clock;

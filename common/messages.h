@@ -57,14 +57,18 @@ struct Join {
   void encode(wire::Encoder& e) const { e.str(host).u32(slot).u32(pid).u64(epoch); }
   static Join decode(wire::Decoder& d) { return {d.str(), d.u32(), d.u32(), d.u64()}; }
 };
-// Reply to join (req 0) and rejoin (its req): where the worker sits in `epoch`.
+// Reply to join (req 0) and rejoin (its req): where the worker sits in `epoch`, and how
+// often it must send a Heartbeat (0: never), so that the server can tell a stopped
+// worker from a busy one (rendezvous/liveness.h).
 struct JoinOk {
   static constexpr Type kType = kJoinOk;
   std::uint64_t req = 0;
   std::uint64_t epoch = 0;
   std::int32_t rank = 0, size = 0, local_rank = 0, local_size = 0, cross_rank = 0, cross_size = 0;
+  std::uint32_t heartbeat_ms = 0;
   void encode(wire::Encoder& e) const {
     e.u64(req).u64(epoch).i32(rank).i32(size).i32(local_rank).i32(local_size).i32(cross_rank).i32(cross_size);
+    e.u32(heartbeat_ms);
   }
   static JoinOk decode(wire::Decoder& d) {
     JoinOk j;
@@ -72,6 +76,7 @@ struct JoinOk {
     j.epoch = d.u64();
     j.rank = d.i32(), j.size = d.i32(), j.local_rank = d.i32(), j.local_size = d.i32();
     j.cross_rank = d.i32(), j.cross_size = d.i32();
+    j.heartbeat_ms = d.u32();
     return j;
   }
 };
@@ -303,6 +308,7 @@ struct SpawnFailed {
 // never comes back shows no error anywhere, and a stopped process still has its
 // kernel answer TCP keep-alives. The daemon then stops its workers; the driver fails
 // the host's workers. Before the config arrives, a daemon waits kConfigTimeout.
+// Also from a joined worker to the rendezvous server, every JoinOk::heartbeat_ms.
 struct Heartbeat {
   static constexpr Type kType = kHeartbeat;
   void encode(wire::Encoder&) const {}

@@ -12,12 +12,16 @@ namespace asio = boost::asio;
 
 Server::Server(asio::io_context& io, const auth::Secret& secret, const asio::ip::tcp::endpoint& bind,
                Callbacks cb, ServerLimits limits)
-    : io_(io), secret_(secret), acceptor_(io), cb_(std::move(cb)), limits_(limits) {
+    : io_(io), secret_(secret), acceptor_(io), cb_(std::move(cb)), limits_(limits), liveness_timer_(io) {
   acceptor_.open(bind.protocol());
   acceptor_.set_option(asio::ip::tcp::acceptor::reuse_address(true));
   acceptor_.bind(bind);
   acceptor_.listen(asio::socket_base::max_listen_connections);
   accept();
+  if (limits_.worker_timeout.count() > 0) {
+    liveness_.emplace(limits_.worker_timeout);
+    watch_liveness();
+  }
 }
 
 Server::~Server() { stop(); }
@@ -47,6 +51,7 @@ void Server::stop() {
   boost::system::error_code ec;
   acceptor_.close(ec);
   cb_ = {};  // connections we close ourselves are not workers lost
+  liveness_timer_.cancel();
   auto all = sessions_;
   for (const auto& s : all) s->close("");
   sessions_.clear();
@@ -139,8 +144,8 @@ void Server::on_join(const std::shared_ptr<Session>& s, const msg::Join& j) {
   WorkerPlace mine = *p;
   mine.started_epoch = j.epoch;
   place(s, mine, assignment_.epoch);
-  s->send(msg::JoinOk{0, assignment_.epoch, p->rank, assignment_.size(), p->local_rank, p->local_size,
-                      p->cross_rank, p->cross_size});
+  if (liveness_) liveness_->watch(s.get(), LivenessClock::now());
+  s->send(join_ok(0, *p));
   ER_LOG(rendezvous, debug, "rank {} joined epoch {} from '{}' slot {}", p->rank, assignment_.epoch, p->host,
          p->slot);
   if (cb_.on_worker_joined) cb_.on_worker_joined(mine, assignment_.epoch);
@@ -164,12 +169,17 @@ void Server::answer_rejoin(const std::shared_ptr<Session>& s, std::uint64_t req)
   WorkerPlace mine = *p;
   mine.started_epoch = started;
   place(s, mine, assignment_.epoch);
-  s->send(msg::JoinOk{req, assignment_.epoch, p->rank, assignment_.size(), p->local_rank, p->local_size,
-                      p->cross_rank, p->cross_size});
+  s->send(join_ok(req, *p));
   ER_LOG(rendezvous, debug, "rank {} re-joined in epoch {} ('{}' slot {})", p->rank, assignment_.epoch, p->host,
          p->slot);
   if (cb_.on_worker_joined) cb_.on_worker_joined(mine, assignment_.epoch);
   collect_epochs();
+}
+
+msg::JoinOk Server::join_ok(std::uint64_t req, const WorkerPlace& p) const {
+  auto beat = liveness_ ? heartbeat_interval(liveness_->timeout()) : std::chrono::milliseconds(0);
+  return msg::JoinOk{req, assignment_.epoch, p.rank, assignment_.size(), p.local_rank, p.local_size,
+                     p.cross_rank, p.cross_size, static_cast<std::uint32_t>(beat.count())};
 }
 
 Server::EpochState* Server::epoch_of(const std::shared_ptr<Session>& s, std::uint64_t req) {
@@ -270,7 +280,39 @@ void Server::on_checkpoint_note(const std::shared_ptr<Session>& s, const msg::Ch
   cb_.on_checkpoint(p, s->epoch(), n);
 }
 
+void Server::on_heard(Session& s) {
+  if (liveness_) liveness_->heard(&s, LivenessClock::now());
+}
+
+// A worker that left may take its time to exit (its program goes on without us): it is
+// no longer watched.
+void Server::on_leave(Session& s) {
+  if (liveness_) liveness_->forget(&s);
+}
+
+void Server::watch_liveness() {
+  liveness_timer_.expires_after(liveness_->tick());
+  liveness_timer_.async_wait([this](boost::system::error_code ec) {
+    if (ec || !acceptor_.is_open()) return;
+    // Held first: a callback may stop the server, which lets go of every session.
+    std::vector<std::pair<std::shared_ptr<Session>, std::chrono::milliseconds>> silent;
+    for (const auto& [raw, how_long] : liveness_->check(LivenessClock::now()))
+      silent.emplace_back(raw->shared_from_this(), how_long);
+    for (const auto& [s, how_long] : silent) {
+      if (!sessions_.count(s)) continue;
+      WorkerPlace p = *s->place();
+      std::uint64_t epoch = s->epoch();
+      s->close(fmt::format("sent nothing for {:.1f} s, not even a heartbeat (worker timeout {:.1f} s)",
+                           how_long.count() / 1000.0, liveness_->timeout().count() / 1000.0),
+               /*report_lost=*/false);
+      if (cb_.on_worker_silent) cb_.on_worker_silent(p, epoch, how_long);
+    }
+    if (acceptor_.is_open()) watch_liveness();
+  });
+}
+
 void Server::on_closed(const std::shared_ptr<Session>& s, bool clean) {
+  if (liveness_) liveness_->forget(s.get());
   sessions_.erase(s);
   if (s->place() && --members_[s->epoch()] == 0) members_.erase(s->epoch());
   if (!clean && s->place() && cb_.on_worker_lost) cb_.on_worker_lost(*s->place(), s->epoch());

@@ -11,6 +11,7 @@
 #include "common/messages.h"
 #include "common/socket_options.h"
 #include "rendezvous/assignment.h"
+#include "rendezvous/liveness.h"
 #include "rendezvous/metrics.h"
 #include "rendezvous/session.h"
 
@@ -20,6 +21,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 
@@ -35,6 +37,10 @@ struct ServerLimits {
   std::chrono::milliseconds keep_alive = net::kDefaultHostTimeout;
   // The longest metrics text of a report (rendezvous/metrics.h).
   std::size_t max_report = kMaxMetricsText;
+  // A joined worker that sends nothing, not even the heartbeats its library sends every
+  // heartbeat_interval() of this (JoinOk says how often), for this long is given up
+  // (elasticrun --worker-timeout; rendezvous/liveness.h). 0: never.
+  std::chrono::milliseconds worker_timeout{0};
 };
 
 // Answers one report, once; a copy answers the same report (the first call wins).
@@ -45,6 +51,10 @@ class Server : private SessionHost {
   struct Callbacks {
     // A joined worker's connection closed without a leave message.
     std::function<void(const WorkerPlace&, std::uint64_t epoch)> on_worker_lost;
+    // A joined worker sent nothing for ServerLimits::worker_timeout (`silent`: how long
+    // exactly): the server closed its connection (this, not on_worker_lost, reports it).
+    std::function<void(const WorkerPlace&, std::uint64_t epoch, std::chrono::milliseconds silent)>
+        on_worker_silent;
     std::function<void(const WorkerPlace&, std::uint64_t epoch)> on_worker_joined;
     // A worker of the current `epoch` asked for a later one: it saw the epoch fail (a
     // collective timed out, a transport error) before anything told the driver.
@@ -112,7 +122,12 @@ class Server : private SessionHost {
   void on_barrier(const std::shared_ptr<Session>& s, const msg::Barrier& m) override;
   void on_report(const std::shared_ptr<Session>& s, msg::Report m) override;
   void on_checkpoint_note(const std::shared_ptr<Session>& s, const msg::CheckpointNote& m) override;
+  void on_heard(Session& s) override;
+  void on_leave(Session& s) override;
   void on_closed(const std::shared_ptr<Session>& s, bool clean) override;
+  // Every liveness tick: gives up the workers silent for the worker timeout.
+  void watch_liveness();
+  msg::JoinOk join_ok(std::uint64_t req, const WorkerPlace& p) const;
   void answer_rejoin(const std::shared_ptr<Session>& s, std::uint64_t req);
   // The session's epoch state, or null (and an error sent for `req`) if it ended.
   EpochState* epoch_of(const std::shared_ptr<Session>& s, std::uint64_t req);
@@ -135,6 +150,10 @@ class Server : private SessionHost {
     std::uint64_t req, min_epoch;
   };
   std::vector<PendingRejoin> rejoins_;
+  // With a worker timeout: the joined sessions, by when last heard from, checked on one
+  // timer (not one per session).
+  std::optional<Liveness<Session*>> liveness_;
+  boost::asio::steady_timer liveness_timer_;
 };
 
 }  // namespace elasticrun::rendezvous

@@ -84,6 +84,7 @@ void Session::handle(const Frame& f) {
     case Phase::ready: break;
     case Phase::closed: return;
   }
+  host_.on_heard(*this);
   switch (f.type) {
     case msg::kKvSet: return host_.on_kv_set(shared_from_this(), msg::parse<msg::KvSet>(f));
     case msg::kKvGet: return host_.on_kv_get(shared_from_this(), msg::parse<msg::KvGet>(f));
@@ -92,9 +93,11 @@ void Session::handle(const Frame& f) {
     case msg::kReport: return host_.on_report(shared_from_this(), msg::parse<msg::Report>(f));
     case msg::kCheckpointNote:
       return host_.on_checkpoint_note(shared_from_this(), msg::parse<msg::CheckpointNote>(f));
+    case msg::kHeartbeat: msg::parse<msg::Heartbeat>(f); return;  // being heard was the point
     case msg::kLeave:
       msg::parse<msg::Leave>(f);
       left_ = true;
+      host_.on_leave(*this);
       return;
     default:
       close(std::string("rejected unexpected ") + msg::type_name(f.type) + " frame");
@@ -105,7 +108,7 @@ void Session::send_frame(const Frame& f) {
   if (phase_ != Phase::closed) stream_.send(f);
 }
 
-void Session::close(const std::string& why) {
+void Session::close(const std::string& why, bool report_lost) {
   if (phase_ == Phase::closed) return;
   bool was_joined = phase_ == Phase::ready;
   phase_ = Phase::closed;
@@ -118,7 +121,7 @@ void Session::close(const std::string& why) {
   }
   handshake_timer_.cancel();
   stream_.close();
-  host_.on_closed(shared_from_this(), left_ || !was_joined);
+  host_.on_closed(shared_from_this(), left_ || !was_joined || !report_lost);
 }
 
 }  // namespace elasticrun::rendezvous

@@ -28,6 +28,10 @@ class SessionHost {
   virtual void on_barrier(const std::shared_ptr<Session>& s, const msg::Barrier& m) = 0;
   virtual void on_report(const std::shared_ptr<Session>& s, msg::Report m) = 0;
   virtual void on_checkpoint_note(const std::shared_ptr<Session>& s, const msg::CheckpointNote& m) = 0;
+  // A joined worker sent a frame (any: a request, a heartbeat, a leave).
+  virtual void on_heard(Session& s) = 0;
+  // A joined worker said it is ending on purpose.
+  virtual void on_leave(Session& s) = 0;
   // The connection closed; `clean`: the worker left, or had not joined.
   virtual void on_closed(const std::shared_ptr<Session>& s, bool clean) = 0;
 
@@ -46,8 +50,10 @@ class Session : public std::enable_shared_from_this<Session>, private FramedStre
     send_frame(msg::to_frame(m));
   }
   void send_frame(const Frame& f);
-  // Logs why and closes; the server forgets the session.
-  void close(const std::string& why);
+  // Logs why and closes; the server forgets the session. A joined worker's connection
+  // is then reported lost (unless it left), or not with `report_lost` false: the
+  // server gave it up itself and says so otherwise.
+  void close(const std::string& why, bool report_lost = true);
 
   const std::optional<WorkerPlace>& place() const { return place_; }
   std::uint64_t epoch() const { return epoch_; }

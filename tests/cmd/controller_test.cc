@@ -8,6 +8,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <csignal>
 
 namespace elasticrun::cmd {
@@ -78,17 +79,9 @@ TEST(Controller, FixedJobFailsOnceWithTheExitReport) {
   EXPECT_EQ(Driver::said(d.drain()), "rank 1 (host 'a', slot 1, pid 97111) exited with code 3\n");
 }
 
-// In elastic mode a death is one failure: the lost connection acts first, the exit
-// report that follows changes nothing.
-TEST(Controller, ElasticFailureBlacklistsTheHostAndStopsItsOtherWorkers) {
-  Driver d(elastic(1));
-  d.c.use_hosts({{"a", 1}, {"b", 2}}, t0());
-  d.start_and_join_all();
-  d.drain();
-  d.c.worker_lost(d.place("b", 0), t0() + 1s);
-  auto cmds = d.drain();
-  EXPECT_EQ(Driver::said(cmds),
-            "rank 1 (host 'b', slot 0, pid 98110) lost its rendezvous connection; blacklisting host 'b'\n");
+// The commands of host b's failure in a job on {a: 1, b: 2}, once b:0 failed: SIGKILL to
+// it, SIGTERM to b:1, and the next epoch, of a alone, announced as an abort.
+void expect_b_failed(const std::vector<Command>& cmds) {
   auto signals = Driver::only<command::Signal>(cmds);
   ASSERT_EQ(signals.size(), 2u);
   EXPECT_EQ(signals[0].place, (Place{"b", 0}));
@@ -100,18 +93,82 @@ TEST(Controller, ElasticFailureBlacklistsTheHostAndStopsItsOtherWorkers) {
   EXPECT_EQ(epochs[0].assignment.epoch, 2u);
   EXPECT_EQ(epochs[0].assignment.size(), 1);
   EXPECT_EQ(epochs[0].kind, msg::NotifyKind::abort);
+}
+
+// b:1, SIGTERMed at `at` and still running, gets SIGKILL at the stop grace (2 s), not 1 ms
+// before.
+void expect_sigkill_after_the_grace(Driver& d, TimePoint at) {
+  EXPECT_EQ(d.c.next_deadline(at), at + 2s);
+  d.c.tick(at + 2s - 1ms);
+  EXPECT_TRUE(Driver::only<command::Signal>(d.drain()).empty());
+  d.c.tick(at + 2s);
+  auto kill = Driver::only<command::Signal>(d.drain());
+  ASSERT_EQ(kill.size(), 1u);
+  EXPECT_EQ(kill[0].place, (Place{"b", 1}));
+  EXPECT_EQ(kill[0].signal, SIGKILL);
+}
+
+// In elastic mode a death is one failure: the lost connection acts first, the exit
+// report that follows changes nothing.
+TEST(Controller, ElasticFailureBlacklistsTheHostAndStopsItsOtherWorkers) {
+  Driver d(elastic(1));
+  d.c.use_hosts({{"a", 1}, {"b", 2}}, t0());
+  d.start_and_join_all();
+  d.drain();
+  d.c.worker_lost(d.place("b", 0), t0() + 1s);
+  auto cmds = d.drain();
+  EXPECT_EQ(Driver::said(cmds),
+            "rank 1 (host 'b', slot 0, pid 98110) lost its rendezvous connection; blacklisting host 'b'\n");
+  expect_b_failed(cmds);
   EXPECT_EQ(d.c.resets(), 1);
   // The exit report of the same death is no second failure.
   d.c.worker_exited("b", msg::Exited{0, 98110, 0, SIGKILL}, t0() + 1s);
   EXPECT_EQ(Driver::only<command::StartEpoch>(d.drain()).size(), 0u);
   EXPECT_EQ(d.c.resets(), 1);
   // The SIGTERMed worker that does not exit gets SIGKILL after the stop grace.
-  EXPECT_EQ(d.c.next_deadline(t0() + 1s), t0() + 3s);
-  d.c.tick(t0() + 3s);
-  auto kill = Driver::only<command::Signal>(d.drain());
-  ASSERT_EQ(kill.size(), 1u);
-  EXPECT_EQ(kill[0].place, (Place{"b", 1}));
-  EXPECT_EQ(kill[0].signal, SIGKILL);
+  expect_sigkill_after_the_grace(d, t0() + 1s);
+}
+
+// A worker silent for --worker-timeout (SIGSTOPped, frozen) fails like a dead one: its
+// host is blacklisted with the cause, the silent process gets SIGKILL at once (a stopped
+// process acts on no SIGTERM), its host's other worker the usual SIGTERM-then-SIGKILL, and
+// the survivors are told at once (abort).
+TEST(Controller, ASilentWorkerIsFailedKilledAndItsHostBlacklisted) {
+  Driver d(elastic(1));
+  d.c.use_hosts({{"a", 1}, {"b", 2}}, t0());
+  d.start_and_join_all();
+  d.drain();
+  auto b0 = d.place("b", 0);
+  d.c.worker_silent(b0, 5230ms, t0() + 6s);
+  auto cmds = d.drain();
+  EXPECT_EQ(Driver::said(cmds), "rank 1 (host 'b', slot 0, pid 98110) sent nothing for 5.2 s, not even a heartbeat "
+                                "(--worker-timeout); blacklisting host 'b'\n");
+  auto emits = Driver::only<command::Emit>(cmds);
+  auto bl = std::find_if(emits.begin(), emits.end(), [](const auto& e) { return e.event == "host_blacklisted"; });
+  ASSERT_NE(bl, emits.end());
+  EXPECT_EQ(bl->fields["cause"], "worker_timeout");
+  EXPECT_EQ(bl->fields["host"], "b");
+  expect_b_failed(cmds);
+  // The killed worker's exit and a late report of the same silence change nothing.
+  d.c.worker_exited("b", msg::Exited{0, 98110, 0, SIGKILL}, t0() + 6s);
+  d.c.worker_silent(b0, 5400ms, t0() + 6s);
+  EXPECT_TRUE(Driver::only<command::StartEpoch>(d.drain()).empty());
+  EXPECT_EQ(d.c.resets(), 1);
+  // b's other worker, if it ignores SIGTERM (or is stopped too), gets SIGKILL at the grace.
+  expect_sigkill_after_the_grace(d, t0() + 6s);
+}
+
+// Outside elastic mode a silent worker ends the job at once, naming it.
+TEST(Controller, ASilentWorkerEndsAFixedJob) {
+  Driver d(fixed(2));
+  d.c.use_hosts({{"a", 2}}, t0());
+  d.start_and_join_all();
+  d.drain();
+  d.c.worker_silent(d.place("a", 1), 5000ms, t0() + 6s);
+  ASSERT_TRUE(d.c.finished());
+  EXPECT_EQ(d.c.exit_code(), exit_code::kWorkerFailed);
+  EXPECT_EQ(Driver::said(d.drain()),
+            "rank 1 (host 'a', slot 1, pid 97111) sent nothing for 5.0 s, not even a heartbeat (--worker-timeout)\n");
 }
 
 TEST(Controller, AStoppedWorkerThatExitsInTimeGetsNoSigkill) {

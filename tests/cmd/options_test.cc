@@ -96,6 +96,12 @@ TEST(Options, BadInputsHaveClearMessages) {
       {{"--host-timeout", "86401", "prog"}, "from 1 to 86400"},
       {{"--host-timeout", "nan", "prog"}, "from 1 to 86400"},
       {{"--host-timeout", "soon", "prog"}, "invalid"},
+      {{"--worker-timeout", "0.5", "prog"}, "must be 0 (off) or a number of seconds from 1 to 86400"},
+      {{"--worker-timeout", "-1", "prog"}, "0 (off) or"},
+      {{"--worker-timeout", "86401", "prog"}, "0 (off) or"},
+      {{"--worker-timeout", "inf", "prog"}, "0 (off) or"},
+      {{"--worker-timeout", "nan", "prog"}, "0 (off) or"},
+      {{"--worker-timeout", "later", "prog"}, "invalid"},
   };
   for (const auto& c : cases) {
     auto r = parse(c.args);
@@ -112,6 +118,19 @@ TEST(Options, HostTimeoutSetsTheKeepAliveOfSshConnectionsToo) {
   ASSERT_TRUE(r.ok()) << r.error();
   EXPECT_EQ(r->options->host_timeout, std::chrono::milliseconds(2500));
   EXPECT_EQ(r->options->ssh.keep_alive, std::chrono::milliseconds(2500));
+}
+
+TEST(Options, WorkerTimeoutDefaultsToFiveSecondsAndZeroTurnsItOff) {
+  struct {
+    std::vector<std::string> args;
+    long long ms;
+  } cases[] = {{{"./train"}, 5000}, {{"--worker-timeout", "1.5", "./train"}, 1500},
+               {{"--worker-timeout=0", "./train"}, 0}, {{"--worker-timeout", "86400", "./train"}, 86400000}};
+  for (const auto& c : cases) {
+    auto r = parse(c.args);
+    ASSERT_TRUE(r.ok()) << r.error();
+    EXPECT_EQ(r->options->worker_timeout, std::chrono::milliseconds(c.ms)) << c.args[0];
+  }
 }
 
 TEST(Options, ElasticFlags) {

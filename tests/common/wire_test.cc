@@ -4,6 +4,10 @@
 
 #include <gtest/gtest.h>
 
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <csignal>
 #include <cstring>
 #include <random>
 
@@ -87,6 +91,21 @@ TEST(Frame, BadMagicVersionAndLengthAreRejected) {
   auto r3 = p3.feed(big);
   ASSERT_FALSE(r3.ok());
   EXPECT_NE(r3.error().find("limit"), std::string::npos);
+}
+
+// A worker's program may leave SIGPIPE at its default: writing to a connection the
+// server closed must be an error the caller sees, not the signal that kills it.
+TEST(Frame, WritingToAClosedSocketIsAnErrorNotSigpipe) {
+  auto old = std::signal(SIGPIPE, SIG_DFL);
+  int sv[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+  ::close(sv[1]);
+  FdChannel ch(sv[0], sv[0]);
+  auto ok = ch.write(msg::to_frame(msg::Heartbeat{}), FdChannel::Clock::now() + std::chrono::seconds(1));
+  ::close(sv[0]);
+  std::signal(SIGPIPE, old);
+  ASSERT_FALSE(ok);
+  EXPECT_NE(ok.error().find("write"), std::string::npos) << ok.error();
 }
 
 TEST(Frame, RandomGarbageNeverCrashesTheDecoders) {

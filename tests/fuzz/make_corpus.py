@@ -31,7 +31,7 @@ MESSAGES = {
     'auth_ok': frame(3, string(b'\x04' * 32)),
     'error': frame(4, u64(7) + string('no such key')),
     'join': frame(10, string('node1') + u32(0) + u32(4242) + u64(0)),
-    'join_ok': frame(11, u64(0) + u64(3) + i32(1) + i32(4) + i32(1) + i32(2) + i32(0) + i32(2)),
+    'join_ok': frame(11, u64(0) + u64(3) + i32(1) + i32(4) + i32(1) + i32(2) + i32(0) + i32(2) + u32(1000)),
     'kv_set': frame(12, u64(1) + string('key') + string(b'value')),
     'kv_get': frame(13, u64(2) + string('key') + u32(1000)),
     'kv_value': frame(14, u64(2) + string(b'value')),
@@ -52,6 +52,7 @@ MESSAGES = {
     'output': frame(36, u32(0) + u8(1) + string(b'hello\n')),
     'exited': frame(37, u32(0) + u32(100) + i32(0) + i32(0)),
     'spawn_failed': frame(38, u32(1) + string('exec: no such file')),
+    'heartbeat': frame(39, b''),
 }
 
 
@@ -114,6 +115,7 @@ def main():
           b'--blacklist-cooldown-range\x001\x0010\x00--\x00python3\x00train.py')
     write('options_fuzz', 'env', b'-x\x00A=1\x00-xHOME\x00--start-timeout=5\x00--log-level\x00info\x00prog\x00--np')
     write('options_fuzz', 'help', b'--help')
+    write('options_fuzz', 'worker-timeout', b'--worker-timeout\x002.5\x00--host-timeout=30\x00-np\x002\x00prog')
     write('options_fuzz', 'timeouts', b'--discovery-interval\x000.5\x00--reset-limit\x003\x00--slots-per-host\x002\x00'
           b'--output-filename\x00out\x00--events\x00ev.jsonl\x00-v\x00cmd')
 

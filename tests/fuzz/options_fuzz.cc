@@ -10,6 +10,7 @@
 // sane counts; a refused one has a message.
 #include "cmd/options.h"
 
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -68,6 +69,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (o.start_timeout.count() <= 0) violated("non-positive start timeout");
   if (o.ssh.port != 0 && (o.ssh.port < 1 || o.ssh.port > 65535)) violated("ssh port out of range");
   if (o.ssh.connect_timeout.count() <= 0) violated("non-positive ssh connect timeout");
+  if (o.host_timeout < std::chrono::seconds(1) || o.host_timeout > std::chrono::hours(24))
+    violated("host timeout out of range");
+  if (o.worker_timeout.count() != 0 &&
+      (o.worker_timeout < std::chrono::seconds(1) || o.worker_timeout > std::chrono::hours(24)))
+    violated("worker timeout out of range");
   for (const auto& e : o.env)
     if (e.empty() || e[0] == '=' || e.find('=') == std::string::npos) violated("bad env entry");
   return 0;

@@ -82,6 +82,14 @@ def our_processes(marker):
     return found
 
 
+def gone_within(job, pid, timeout=5):
+    """Whether the job's process `pid` has ended (or is a zombie) within `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while pid in our_processes(job.tag) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return pid not in our_processes(job.tag)
+
+
 class Job:
     """One run of elasticrun with a unique tag in its environment, so that every process
     it starts (daemons, workers, their children) can be found afterwards."""

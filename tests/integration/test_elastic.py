@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import TESTPROG, our_processes
+from conftest import TESTPROG, gone_within, our_processes
 from conftest import discovery_script as discovery
 from test_launch import argv0, wait_for_workers, worker_and_daemon_on
 
@@ -77,9 +77,10 @@ def test_killed_worker_job_continues_without_restarting_survivors(job, tmp_path,
 
 def test_sigstopped_worker_is_failed_after_rendezvous_timeout(job, tmp_path):
     """A SIGSTOPped worker neither re-joins nor exits: after another worker's failure
-    starts a new epoch, it is declared failed after --rendezvous-timeout and killed."""
+    starts a new epoch, it is declared failed after --rendezvous-timeout and killed. (With
+    the worker timeout off: this is the bound when nothing else notices the silence.)"""
     ev = tmp_path / "events"
-    p = job.start(["-np", 4, "--min-np", 2, "-H", HOSTS3, "--rendezvous-timeout", 1.5,
+    p = job.start(["-np", 4, "--min-np", 2, "-H", HOSTS3, "--rendezvous-timeout", 1.5, "--worker-timeout", 0,
                    "--events", ev, TESTPROG, "--elastic", "--allreduce-seconds", 6])
     pids = wait_for_workers(job, 4)
     time.sleep(0.5)
@@ -148,10 +149,7 @@ def test_stopped_daemon_is_taken_for_gone_after_host_timeout(job, tmp_path):
     # 2 s of silence, noticed at the driver's next heartbeat tick (every 0.5 s), with
     # slack for a loaded machine; the stop came right after a heartbeat at the earliest.
     assert 1.4 < detected < 5, f"detected after {detected:.2f} s"
-    deadline = time.monotonic() + 5
-    while child in our_processes(job.tag) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert child not in our_processes(job.tag), "the continued daemon left its worker running"
+    assert gone_within(job, child), "the continued daemon left its worker running"
     out, err = p.communicate(timeout=60)
     assert p.returncode == 0, err
     assert re.search(r"host '127\.0\.0\.2' lost its daemon: heard nothing from it for [2-4]\.\d s \(--host-timeout\)", err), err

@@ -115,6 +115,10 @@ def test_worker_environment_and_x_flag(job):
     (["-np", "1", "--daemon-path", "/nonexistent/elasticrund", "true"], 3,
      "--daemon-path: '/nonexistent/elasticrund': no such file"),        # found by options_fuzz (crashed)
     (["--np", "%value%", "true"], 2, "invalid option or value for '--np'"),  # found by options_fuzz (hung)
+    (["--worker-timeout", "0.5", "true"], 2, "--worker-timeout must be 0 (off) or a number of seconds from 1 to 86400"),
+    (["--worker-timeout", "-2", "true"], 2, "--worker-timeout must be 0 (off) or a number of seconds"),
+    (["--worker-timeout", "1e6", "true"], 2, "--worker-timeout must be 0 (off) or a number of seconds"),
+    (["--worker-timeout", "soon", "true"], 2, "the argument ('soon') for option '--worker-timeout' is invalid"),
 ])
 def test_bad_input(job, args, code, message):
     r = job.run(args)

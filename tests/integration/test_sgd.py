@@ -156,9 +156,10 @@ def test_hosts_added_and_removed_keep_the_invariant(job, tmp_path):
 def run_with_silent_worker(job, tmp_path, rendezvous_timeout, collective_timeout, min_epoch):
     """3 workers on 3 hosts; the one on 127.0.0.2 is SIGSTOPped and nothing else happens.
     Checks the survivors' model and that only 127.0.0.2 was blacklisted; returns the
-    events and the driver's stderr."""
+    events and the driver's stderr. The worker timeout is off: these are the paths that
+    find a silent worker without it (tests/integration/test_worker_timeout.py has it on)."""
     ev = tmp_path / "events"
-    p = job.start(["-np", 3, "--min-np", 2, "-H", "localhost:1,127.0.0.2:1,127.0.0.3:1",
+    p = job.start(["-np", 3, "--min-np", 2, "-H", "localhost:1,127.0.0.2:1,127.0.0.3:1", "--worker-timeout", 0,
                    "--rendezvous-timeout", rendezvous_timeout, "--events", ev, SGD, *ARGS, "--step-ms", 10],
                   env={"ELASTICRUN_COLLECTIVE_TIMEOUT": str(collective_timeout)})
     by_host = {host_of(pid): pid for pid in sgd_workers(job, 3)}

@@ -1,7 +1,11 @@
 // A worker for the integration tests: each flag is one behaviour to provoke.
 //
 //   testprog [--init] [--topology] [--fail-rank R (--fail-code C | --fail-signal S)]
-//            [--allreduce-seconds T] [--sleep T] [--print-env VAR] [--tag X]
+//            [--allreduce-seconds T] [--slow-rank R --slow-seconds T] [--sleep T] [--print-env VAR]
+//            [--tag X]
+//
+// --slow-rank: that rank of epoch 1 spends T seconds in its own code before its first
+// allreduce (a long step), while its peers wait for it there.
 #include <elasticrun/elasticrun.hpp>
 
 #include <chrono>
@@ -17,8 +21,8 @@
 
 int main(int argc, char** argv) {
   bool init = false, topology = false, elastic = false;
-  int fail_rank = -1, fail_code = 0, fail_signal = 0;
-  double allreduce_seconds = 0, sleep_seconds = 0;
+  int fail_rank = -1, fail_code = 0, fail_signal = 0, slow_rank = -1;
+  double allreduce_seconds = 0, sleep_seconds = 0, slow_seconds = 0;
   std::vector<std::string> print_env;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -30,6 +34,8 @@ int main(int argc, char** argv) {
     else if (a == "--fail-signal") fail_signal = std::stoi(next());
     else if (a == "--allreduce-seconds") init = true, allreduce_seconds = std::stod(next());
     else if (a == "--sleep") sleep_seconds = std::stod(next());
+    else if (a == "--slow-rank") slow_rank = std::stoi(next());
+    else if (a == "--slow-seconds") slow_seconds = std::stod(next());
     else if (a == "--elastic") init = elastic = true;
     else if (a == "--print-env") print_env.push_back(next());
     else if (a == "--tag") next();
@@ -63,6 +69,8 @@ int main(int argc, char** argv) {
       if (fail_signal) ::raise(fail_signal);
       std::exit(fail_code);
     }
+    if (rank == slow_rank && iter == 0 && elasticrun::context().topology().epoch == 1)
+      std::this_thread::sleep_for(std::chrono::duration<double>(slow_seconds));
     try {
       elasticrun::allreduce(std::span(v), elasticrun::ReduceOp::avg);
       // Agree on stopping and on acting on a hosts-updated notice: each rank sees the

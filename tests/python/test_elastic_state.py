@@ -59,6 +59,35 @@ def test_sigstopped_worker_with_another_killed(job):
     check(out, err, p.returncode, 1, 150, min_epoch=2)
 
 
+def test_sigstopped_worker_is_failed_after_the_worker_timeout(job, tmp_path):
+    """The library's heartbeat thread serves a Python worker too: a stopped one is failed
+    2 s (--worker-timeout) after its last beat, long before the collective timeout (60 s
+    here) or a --rendezvous-timeout would notice, and the survivors finish."""
+    ev = tmp_path / "events"
+    p = start_python(job, [*HOSTS3, "--min-np", 2, "--worker-timeout", 2, "--events", ev], WORKER, 150,
+                     "--step-ms", 20)
+    by_host = workers_of(job, "elastic_numpy.py", 3)
+    time.sleep(1.0)
+    os.kill(by_host["127.0.0.2"], signal.SIGSTOP)
+    stopped = time.monotonic()
+    out, err = p.communicate(timeout=120)
+    check(out, err, p.returncode, 2, 150, min_epoch=2)
+    assert time.monotonic() - stopped < 20, "the job waited for another timeout"
+    blacklisted = [e for e in job.events(ev) if e["event"] == "host_blacklisted"]
+    assert [(e["host"], e["cause"]) for e in blacklisted] == [("127.0.0.2", "worker_timeout")], blacklisted
+
+
+def test_worker_computing_in_python_for_longer_than_the_worker_timeout_is_not_failed(job):
+    """Rank 1 computes in pure Python for 3 s at step 7, holding the GIL, with a worker
+    timeout of 1 s: the heartbeat thread needs no GIL, so nobody is failed."""
+    r = run_python(job, [*HOSTS3, "--min-np", 2, "--worker-timeout", 1], WORKER, 30, "--busy-at", 7,
+                   "--busy-seconds", 3)
+    assert "busy for 3.0 s at step 7" in r.stdout, r.stdout[-2000:]
+    assert "blacklisting" not in r.stderr, r.stderr[-2000:]
+    check(r.stdout, r.stderr, r.returncode, 3, 30, min_epoch=1)
+    assert "reset:" not in r.stdout
+
+
 def test_hosts_added_then_removed(job, tmp_path):
     """Growing from 2 to 4 (the new workers must receive the state, not hang in sync:
     horovod#2652), then shrinking to 3 by removal alone (every rank syncs, so none waits

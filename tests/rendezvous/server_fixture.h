@@ -34,6 +34,9 @@ class RendezvousTest : public ::testing::Test {
       lost_ranks_.push_back(p.rank);
       lost_started_.push_back(p.started_epoch);
     };
+    cb.on_worker_silent = [this](const rendezvous::WorkerPlace& p, std::uint64_t, std::chrono::milliseconds silent) {
+      silent_.push_back({p.rank, silent});
+    };
     if (with_report_callback_)
       cb.on_report = [this](const rendezvous::WorkerPlace& p, std::uint64_t epoch, std::int64_t step,
                             const nlohmann::json& metrics, rendezvous::ReportAnswer answer) {
@@ -42,6 +45,7 @@ class RendezvousTest : public ::testing::Test {
       };
     rendezvous::ServerLimits limits;
     limits.handshake_timeout = std::chrono::milliseconds(500);
+    limits.worker_timeout = worker_timeout_;
     server_ = std::make_unique<rendezvous::Server>(io_, secret_, asio::ip::tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0),
                                                    cb, limits);
     server_->start_epoch(rendezvous::assign({{"h0", 2}, {"h1", 1}}, 3, 1), msg::NotifyKind::abort, "");
@@ -114,6 +118,9 @@ class RendezvousTest : public ::testing::Test {
     nlohmann::json metrics;
   };
   bool with_report_callback_ = true;  // set before SetUp (in a constructor) to leave it out
+  std::chrono::milliseconds worker_timeout_{0};  // likewise: the server's, 0 none
+  // Workers the server gave up as silent, with how long they had been (io thread).
+  std::vector<std::pair<int, std::chrono::milliseconds>> silent_;
   std::vector<Seen> reports_;
   std::function<void(rendezvous::ReportAnswer)> on_report_;
 };

@@ -102,6 +102,8 @@ RendezvousClient::RendezvousClient(const std::string& addr, const auth::Secret& 
     throw;
   }
   reader_ = std::thread([this] { reader(); });
+  if (joined_.heartbeat_ms > 0)
+    beater_ = std::thread([this, every = std::chrono::milliseconds(joined_.heartbeat_ms)] { beat(every); });
 }
 
 void RendezvousClient::handshake(const auth::Secret& secret, Clock::time_point deadline) {
@@ -122,9 +124,31 @@ void RendezvousClient::handshake(const auth::Secret& secret, Clock::time_point d
 }
 
 RendezvousClient::~RendezvousClient() {
-  ::shutdown(fd_, SHUT_RDWR);
+  {
+    std::lock_guard lock(beat_mu_);
+    beat_stop_ = true;
+  }
+  beat_cv_.notify_all();
+  ::shutdown(fd_, SHUT_RDWR);  // also ends a write the heartbeat thread is blocked in
+  if (beater_.joinable()) beater_.join();
   if (reader_.joinable()) reader_.join();
   ::close(fd_);
+}
+
+// On a fixed schedule, so that a late wake-up does not push every later beat back. A
+// write that fails means the connection is gone, which the reader reports.
+void RendezvousClient::beat(std::chrono::milliseconds every) {
+  auto next = Clock::now() + every;
+  std::unique_lock lock(beat_mu_);
+  while (!beat_cv_.wait_until(lock, next, [this] { return beat_stop_; })) {
+    lock.unlock();
+    {
+      std::lock_guard w(write_mu_);
+      if (!channel_.write(msg::to_frame(msg::Heartbeat{}), Clock::now() + every)) return;
+    }
+    next = std::max(next + every, Clock::now());
+    lock.lock();
+  }
 }
 
 void RendezvousClient::reader() {

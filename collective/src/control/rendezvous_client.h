@@ -6,6 +6,10 @@
 // waiting callers by request id and turns pushed notifications (abort,
 // hosts-updated, shutdown) into the AbortSignal, which interrupts every wait. If the
 // connection drops, the signal is raised too: a worker never waits on a dead server.
+// A heartbeat thread sends a heartbeat as often as the server asked in its JoinOk,
+// whatever the program's own threads are doing (a long step, a blocked collective): the
+// server takes a worker that sends nothing for its worker timeout for stopped or frozen
+// (rendezvous/liveness.h).
 #pragma once
 
 #include "control/abort_signal.h"
@@ -77,6 +81,7 @@ class RendezvousClient final : public Store {
   void reader();
   void on_notify(const msg::Notify& n);
   void fail_all(const std::string& why);
+  void beat(std::chrono::milliseconds every);
 
   int fd_ = -1;
   FdChannel channel_;
@@ -91,6 +96,11 @@ class RendezvousClient final : public Store {
   msg::JoinOk joined_;
   std::atomic<std::uint64_t> joined_epoch_{0}, updated_epoch_{0}, announced_epoch_{0}, aborted_epoch_{0};
   std::thread reader_;
+  // The heartbeat thread; beat_stop_ (under beat_mu_) ends it.
+  std::mutex beat_mu_;
+  std::condition_variable beat_cv_;
+  bool beat_stop_ = false;
+  std::thread beater_;
 };
 
 }  // namespace elasticrun::collective

@@ -4,7 +4,7 @@ step is a sum of per-sample integer terms, so any split of the batch across any 
 of ranks gives the same bits, and a run that lost, gained or replaced workers must end
 with exactly the reference's model.
 
-    elastic_numpy.py STEPS [--reference] [--fail-at STEP] [--step-ms MS]
+    elastic_numpy.py STEPS [--reference] [--fail-at STEP] [--step-ms MS] [--busy-at STEP --busy-seconds S]
 
 Tracked state: w, step, begun (steps started, advanced before the allreduce, so a
 restore that did nothing shows), commit_log (committed step numbers of the lineage).
@@ -53,6 +53,9 @@ def main():
     p.add_argument("--reference", action="store_true")
     p.add_argument("--fail-at", type=int, default=-1, help="rank 1 of epoch 1 exits hard at this step")
     p.add_argument("--step-ms", type=float, default=0)
+    p.add_argument("--busy-at", type=int, default=-1,
+                   help="rank 1 of epoch 1 computes in Python, holding the GIL, at this step")
+    p.add_argument("--busy-seconds", type=float, default=0)
     o = p.parse_args()
     if o.reference:
         print(reference(o.steps))
@@ -73,6 +76,11 @@ def main():
                 os._exit(1)
             if o.step_ms:
                 time.sleep(o.step_ms / 1000)
+            if state.step == o.busy_at and er.rank() == 1 and _core.epoch() == 1:
+                until, spins = time.monotonic() + o.busy_seconds, 0
+                while time.monotonic() < until:
+                    spins += 1
+                print("busy for %.1f s at step %d" % (o.busy_seconds, state.step), flush=True)
             state.begun += 1  # before the collective: a missing rollback shows in the final line
             g = local_gradient(state.step, er.rank(), er.size())
             er.allreduce(g, op=er.Sum, out=g)
