@@ -268,11 +268,27 @@ void UcxTransport::wait_for_event(Clock::time_point deadline) {
   if (::poll(fds, 2, timeout) < 0 && errno != EINTR) throw Error("poll on the UCX event fd failed");
 }
 
+// Names every peer the wait still needed, receives first: "allreduce: timed out waiting
+// for messages from ranks 2, 5 and for rank 3 to take a message".
 void UcxTransport::fail_timeout(std::span<Request> reqs, const char* what) {
-  auto it = std::find_if(reqs.begin(), reqs.end(), [](const Request& r) { return !r.done(); });
-  std::string msg = std::string(what) + ": timed out waiting for " +
-                    (it->recv ? "a message from rank " : "rank ") + std::to_string(it->peer) +
-                    (it->recv ? "" : " to take a message");
+  std::vector<int> from, to;
+  for (const Request& r : reqs)
+    if (!r.done()) (r.recv ? from : to).push_back(r.peer);
+  for (std::vector<int>* v : {&from, &to}) {
+    std::sort(v->begin(), v->end());
+    v->erase(std::unique(v->begin(), v->end()), v->end());
+  }
+  auto ranks = [](const std::vector<int>& v) {
+    constexpr std::size_t kNamed = 8;
+    std::string s = v.size() == 1 ? "rank " : "ranks ";
+    for (std::size_t i = 0; i < v.size() && i < kNamed; ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+    if (v.size() > kNamed) s += " and " + std::to_string(v.size() - kNamed) + " more";
+    return s;
+  };
+  std::string msg = std::string(what) + ": timed out waiting for ";
+  if (!from.empty()) msg += (from.size() == 1 ? "a message from " : "messages from ") + ranks(from);
+  if (!from.empty() && !to.empty()) msg += " and for ";
+  if (!to.empty()) msg += ranks(to) + (to.size() == 1 ? " to take a message" : " to take their messages");
   cancel_all();
   throw TimeoutError(msg);
 }
