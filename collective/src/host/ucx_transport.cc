@@ -1,5 +1,6 @@
 #include "host/ucx_transport.h"
 
+#include <common/log.h>
 #include <elasticrun/types.hpp>
 
 #include <poll.h>
@@ -43,7 +44,7 @@ struct ConfigGuard {
 }  // namespace
 
 UcxTransport::UcxTransport(const Options& opts, std::shared_ptr<Store> store, std::shared_ptr<AbortSignal> abort)
-    : opts_(opts), store_(std::move(store)), abort_(std::move(abort)), eps_(opts.size, nullptr) {
+    : opts_(opts), store_(std::move(store)), abort_(std::move(abort)), here_(this_locality()), eps_(opts.size, nullptr) {
   if (opts_.size >= (1 << kRankBits)) throw Error("ucx transport: world size too large");
   ConfigGuard config;
   ucs_status_t st = ucp_config_read(nullptr, nullptr, &config.cfg);
@@ -88,15 +89,23 @@ void UcxTransport::create_worker() {
   }
 }
 
+// This worker's address, packed by UCX with `flags` (ucp_worker_address_flags_t).
+Bytes UcxTransport::worker_address(std::uint32_t flags) {
+  ucp_worker_attr_t attr{};
+  attr.field_mask = UCP_WORKER_ATTR_FIELD_ADDRESS | UCP_WORKER_ATTR_FIELD_ADDRESS_FLAGS;
+  attr.address_flags = flags;
+  ucs_status_t st = ucp_worker_query(worker_.get(), &attr);
+  if (st != UCS_OK) throw_ucs("ucp_worker_query (address)", st);
+  const auto* p = reinterpret_cast<const std::uint8_t*>(attr.address);
+  Bytes bytes(p, p + attr.address_length);
+  ucp_worker_release_address(worker_.get(), attr.address);
+  return bytes;
+}
+
+// Where this rank runs and both of its addresses (ucx_address.h: which one a peer uses).
 void UcxTransport::publish_address() {
-  ucp_address_t* addr = nullptr;
-  size_t len = 0;
-  ucs_status_t st = ucp_worker_get_address(worker_.get(), &addr, &len);
-  if (st != UCS_OK) throw_ucs("ucp_worker_get_address", st);
-  const auto* p = reinterpret_cast<const std::uint8_t*>(addr);
-  Bytes bytes(p, p + len);
-  ucp_worker_release_address(worker_.get(), addr);
-  store_->set(opts_.scope + "addr/" + std::to_string(opts_.rank), bytes);
+  PublishedAddress a{here_, worker_address(0), worker_address(UCP_WORKER_ADDRESS_FLAG_NET_ONLY)};
+  store_->set(opts_.scope + "addr/" + std::to_string(opts_.rank), encode(a));
 }
 
 UcxTransport::~UcxTransport() {
@@ -134,13 +143,21 @@ void UcxTransport::close_endpoints(bool force) {
 
 ucp_ep_h UcxTransport::endpoint(int peer, Clock::time_point deadline) {
   if (eps_[peer]) return eps_[peer];
-  Bytes addr = store_->get(opts_.scope + "addr/" + std::to_string(peer), deadline);
+  PublishedAddress addr = decode_address(store_->get(opts_.scope + "addr/" + std::to_string(peer), deadline), peer);
+  const bool net_only = needs_network_only(here_, addr.where);
+  if (net_only)
+    ER_LOG(collective, debug, "rank {}: rank {} is on this machine in another network namespace: network transports only",
+           opts_.rank, peer);
   ucp_ep_params_t ep{};
   ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
-  ep.address = reinterpret_cast<const ucp_address_t*>(addr.data());
+  ep.address = reinterpret_cast<const ucp_address_t*>(addr.for_sender_at(here_).data());
   ep.err_mode = UCP_ERR_HANDLING_MODE_NONE;
   ucs_status_t st = ucp_ep_create(worker_.get(), &ep, &eps_[peer]);
-  if (st != UCS_OK) peer_unreachable("connecting to rank " + std::to_string(peer) + ": " + ucs_status_string(st));
+  if (st != UCS_OK)
+    peer_unreachable("connecting to rank " + std::to_string(peer) + ": " + ucs_status_string(st) +
+                     (net_only ? " (it runs on this machine in another network namespace, where UCX's shared memory "
+                                 "cannot wake it, and UCX has no network transport to it)"
+                               : ""));
   return eps_[peer];
 }
 
