@@ -18,6 +18,17 @@ using namespace std::chrono_literals;
 
 class Abort : public ::testing::TestWithParam<Progress> {};
 
+// A UcxTransport's options for rank `r` of `n`, all on one host.
+UcxTransport::Options ucx_options(int r, int n, const char* scope, Progress progress) {
+  UcxTransport::Options o;
+  o.rank = r;
+  o.size = n;
+  o.local_size = n;
+  o.scope = scope;
+  o.blocking = progress == Progress::block;
+  return o;
+}
+
 TEST_P(Abort, BlockedCollectiveThrowsWorkersFailedQuickly) {
   World w(3);
   HostCommConfig cfg;
@@ -94,13 +105,7 @@ TEST_P(Abort, TimeoutNamesEveryPeerStillAwaited) {
   std::string what;
   auto rank = [&](int r) {
     try {
-      UcxTransport::Options o;
-      o.rank = r;
-      o.size = 5;
-      o.local_size = 5;
-      o.scope = "awaited/";
-      o.blocking = GetParam() == Progress::block;
-      auto tp = std::make_unique<UcxTransport>(o, w.store, w.aborts[r]);
+      auto tp = std::make_unique<UcxTransport>(ucx_options(r, 5, "awaited/", GetParam()), w.store, w.aborts[r]);
       UcxTransport& ucx = *tp;
       std::uint64_t one = 1;
       if (r == 1) {
@@ -166,13 +171,7 @@ void truncated_receive(Progress progress, Notice notice) {
   std::exception_ptr first;
   auto rank = [&](int r) {
     try {
-      UcxTransport::Options o;
-      o.rank = r;
-      o.size = 2;
-      o.local_size = 2;
-      o.scope = "trunc/";
-      o.blocking = progress == Progress::block;
-      UcxTransport ucx(o, w.store, w.aborts[r]);
+      UcxTransport ucx(ucx_options(r, 2, "trunc/", progress), w.store, w.aborts[r]);
       Transport& tp = ucx;  // the one-request wait() is the base class's
       auto deadline = Clock::now() + 10s;
       std::uint64_t small = 0, big[8] = {1, 2, 3, 4, 5, 6, 7, 8}, a_in = 0, a_out = 42;
