@@ -18,6 +18,17 @@ using namespace std::chrono_literals;
 
 class Abort : public ::testing::TestWithParam<Progress> {};
 
+// A UcxTransport's options for rank `r` of `n`, all on one host.
+UcxTransport::Options ucx_options(int r, int n, const char* scope, Progress progress) {
+  UcxTransport::Options o;
+  o.rank = r;
+  o.size = n;
+  o.local_size = n;
+  o.scope = scope;
+  o.blocking = progress == Progress::block;
+  return o;
+}
+
 TEST_P(Abort, BlockedCollectiveThrowsWorkersFailedQuickly) {
   World w(3);
   HostCommConfig cfg;
@@ -83,6 +94,65 @@ TEST_P(Abort, DeadlineGivesTimeoutError) {
   });
 }
 
+// A wait that times out names every peer it still needed, and none it had heard from:
+// rank 0 receives from ranks 1 (who sends), 2 and 3 (who do not), and sends 1 MiB (a
+// rendezvous, complete only once taken) to ranks 3 and 4 (who never take it).
+TEST_P(Abort, TimeoutNamesEveryPeerStillAwaited) {
+  World w(5);
+  std::atomic<bool> done{false};
+  std::mutex mu;
+  std::exception_ptr first;
+  std::string what;
+  auto rank = [&](int r) {
+    try {
+      auto tp = std::make_unique<UcxTransport>(ucx_options(r, 5, "awaited/", GetParam()), w.store, w.aborts[r]);
+      UcxTransport& ucx = *tp;
+      std::uint64_t one = 1;
+      if (r == 1) {
+        Transport::Request s = ucx.isend(0, Transport::make_tag(3, 0), &one, sizeof one);
+        ucx.wait(std::span(&s, 1), Clock::now() + 10s, "test");
+      }
+      // The others keep progressing (a receive nobody sends, again and again) until rank 0
+      // has closed its endpoints, which waits for them.
+      while (r != 0 && !done) {
+        std::uint64_t none = 0;
+        Transport::Request idle = ucx.irecv(0, Transport::make_tag(9, 0), &none, sizeof none);
+        try {
+          ucx.wait(std::span(&idle, 1), Clock::now() + 20ms, "idle");
+        } catch (const TimeoutError&) {
+        }
+      }
+      if (r != 0) return;
+      std::uint64_t in[3] = {};
+      std::vector<std::uint8_t> big(1 << 20, 7);
+      std::vector<Transport::Request> reqs;
+      for (int p : {1, 2, 3}) reqs.push_back(ucx.irecv(p, Transport::make_tag(3, 0), &in[p - 1], sizeof one));
+      for (int p : {3, 4}) reqs.push_back(ucx.isend(p, Transport::make_tag(3, 1), big.data(), big.size()));
+      auto start = Clock::now();
+      try {
+        ucx.wait(reqs, start + 300ms, "allreduce");
+        ADD_FAILURE() << "the wait returned without ranks 2, 3 and 4";
+      } catch (const TimeoutError& e) {
+        what = e.what();
+        EXPECT_LT(Clock::now() - start, 2s);
+      }
+      EXPECT_EQ(in[0], 1u);
+      tp.reset();
+      done = true;
+    } catch (...) {
+      done = true;
+      std::lock_guard lock(mu);
+      if (!first) first = std::current_exception();
+    }
+  };
+  std::vector<std::thread> others;
+  for (int r = 1; r < 5; ++r) others.emplace_back(rank, r);
+  rank(0);
+  for (auto& t : others) t.join();
+  if (first) std::rethrow_exception(first);
+  EXPECT_EQ(what, "allreduce: timed out waiting for messages from ranks 2, 3 and for ranks 3, 4 to take their messages");
+}
+
 // A receive that fails once the abort is raised reports the abort (WorkersFailed, which
 // elastic run() recovers from), not ProtocolError (which ends the worker): peers that
 // already left the epoch leave it at unknown points, so what arrives then says nothing
@@ -101,13 +171,7 @@ void truncated_receive(Progress progress, Notice notice) {
   std::exception_ptr first;
   auto rank = [&](int r) {
     try {
-      UcxTransport::Options o;
-      o.rank = r;
-      o.size = 2;
-      o.local_size = 2;
-      o.scope = "trunc/";
-      o.blocking = progress == Progress::block;
-      UcxTransport ucx(o, w.store, w.aborts[r]);
+      UcxTransport ucx(ucx_options(r, 2, "trunc/", progress), w.store, w.aborts[r]);
       Transport& tp = ucx;  // the one-request wait() is the base class's
       auto deadline = Clock::now() + 10s;
       std::uint64_t small = 0, big[8] = {1, 2, 3, 4, 5, 6, 7, 8}, a_in = 0, a_out = 42;

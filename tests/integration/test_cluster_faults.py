@@ -35,7 +35,7 @@ import pytest
 from conftest import EXAMPLES, namespace_cluster
 from test_elastic import epochs
 from test_sgd import check_commits, finals, host_of, reference, sgd_workers
-from test_ssh import CLUSTER, UCX_ACROSS_HOSTS, assert_hosts_hold_only_sshd, netns_pids, not_sshd
+from test_ssh import CLUSTER, assert_hosts_hold_only_sshd, netns_pids, not_sshd
 
 SGD = EXAMPLES / "elastic_sgd"
 N = 3
@@ -63,7 +63,7 @@ class Watched:
     def __init__(self, job, cluster, tmp_path, args):
         directory, env = cluster
         self.events_file = tmp_path / "events"
-        self.p = job.start(["-x", "ER_TEST_TAG", "-x", "ELASTICRUN_COLLECTIVE_TIMEOUT", *UCX_ACROSS_HOSTS,
+        self.p = job.start(["-x", "ER_TEST_TAG", "-x", "ELASTICRUN_COLLECTIVE_TIMEOUT",
                             "--min-np", 2, "--host-discovery-script", directory / "discover",
                             "--events", self.events_file, *args], env=env)
         self.job = job
@@ -245,7 +245,7 @@ def test_remote_daemon_killed_its_host_is_dropped(job, cluster, tmp_path):
     assert_hosts_hold_only_sshd(directory, N)
     # A SIGKILLed daemon cannot remove its workers' shared-memory directories; the next
     # daemon started on that host does (common/shm_dirs.h). Start one, as a later job would.
-    r = job.run(["-x", "ER_TEST_TAG", *UCX_ACROSS_HOSTS, "-np", 1, "-H", "10.77.0.12:1", SGD, "--steps", 5],
+    r = job.run(["-x", "ER_TEST_TAG", "-np", 1, "-H", "10.77.0.12:1", SGD, "--steps", 5],
                 env=cluster[1], timeout=60)
     assert r.returncode == 0, r.stderr[-3000:]
     stale = [e for e in os.listdir("/dev/shm") if e.startswith(f"elasticrun.{daemon}.")]

@@ -445,7 +445,7 @@ def test_nothing_listening_fails_fast(job, tmp_path):
 # ---- daemons running inside the namespace hosts of scripts/testcluster ----
 
 from conftest import namespace_cluster  # noqa: E402
-from test_ssh import HOSTS, UCX_ACROSS_HOSTS  # noqa: E402
+from test_ssh import HOSTS  # noqa: E402
 from test_sgd import check_commits, finals, reference  # noqa: E402
 
 
@@ -466,7 +466,7 @@ def host_daemons(tmp_path, job, cluster):
 
 def test_daemons_in_namespace_hosts_run_a_job(job, host_daemons):
     d = host_daemons[0]
-    r = job.run(["-x", "ER_TEST_TAG", *UCX_ACROSS_HOSTS, "--daemon-port", 7210, "--daemon-secret-file",
+    r = job.run(["-x", "ER_TEST_TAG", "--daemon-port", 7210, "--daemon-secret-file",
                  d.secret_file, "-np", 6, "-H", "10.77.0.11:3,10.77.0.12:1,10.77.0.13:2", TESTPROG, "--topology"],
                 timeout=120)
     assert r.returncode == 0, r.stderr
@@ -487,7 +487,7 @@ def test_daemon_killed_on_one_host_job_continues(job, host_daemons, tmp_path):
     hosts.chmod(0o755)
     progress = tmp_path / "progress"
     args = ["--steps", 200, "--dim", 64, "--batch", 48, "--commit-every", 5]
-    p = job.start(["-x", "ER_TEST_TAG", *UCX_ACROSS_HOSTS, "--daemon-port", 7210, "--daemon-secret-file",
+    p = job.start(["-x", "ER_TEST_TAG", "--daemon-port", 7210, "--daemon-secret-file",
                    d.secret_file, "--min-np", 2, "--max-np", 3, "--host-discovery-script", hosts,
                    EXAMPLES / "elastic_sgd", *args, "--step-ms", 10, "--progress-file", progress])
 

@@ -6,6 +6,7 @@ Remote daemons are started by sshd, not by the test, and carry no test tag (ssh 
 environment): the `job` fixture cannot see them, so tests that must leave nothing behind
 check the hosts' namespaces too (assert_hosts_hold_only_sshd)."""
 import os
+import re
 import signal
 import subprocess
 import time
@@ -25,11 +26,10 @@ def cluster():
 
 
 HOSTS = ["10.77.0.11", "10.77.0.12", "10.77.0.13"]
-# The namespace "hosts" share one kernel, /dev/shm and the PID space but not the network,
-# which real hosts never do; UCX's shared-memory and CMA transports would then connect
-# some pairs across "hosts" and TCP others. Cross-host traffic goes over TCP, as it would
-# between machines.
-UCX_ACROSS_HOSTS = ["-x", "UCX_TLS=tcp,self"]
+# The namespace "hosts" share one kernel, the IPC namespace, /dev/shm and the PID space but
+# not the network, as containers with Docker's --ipc=host do. Jobs run with UCX's default
+# settings: the library keeps UCX off shared memory between network namespaces
+# (collective/src/host/ucx_address.h), so cross-host traffic goes over TCP.
 
 
 def netns_pids(k):
@@ -88,7 +88,7 @@ def assert_hosts_hold_only_sshd(directory, hosts, timeout=10):
 
 def run(job, cluster, args, timeout=120, extra=None):
     _, env = cluster
-    return job.run(["-x", "ER_TEST_TAG", *UCX_ACROSS_HOSTS, *args], timeout=timeout, env={**env, **(extra or {})})
+    return job.run(["-x", "ER_TEST_TAG", *args], timeout=timeout, env={**env, **(extra or {})})
 
 
 def test_topology_across_hosts_with_uneven_slots(job, cluster):
@@ -102,6 +102,20 @@ def test_topology_across_hosts_with_uneven_slots(job, cluster):
     ]
     for w in want:
         assert w in r.stdout, r.stdout
+
+
+@pytest.mark.parametrize("progress", ["busy", "block"])
+def test_uneven_world_over_hosts_sharing_ipc_with_ucx_defaults(job, cluster, progress):
+    """Six ranks, two per host: recursive doubling over a world that is not a power of two
+    starts with receives from another host. UCX would pair the hosts over shared memory
+    (one boot_id, one IPC namespace) and its wake-up of an idle receiver cannot cross
+    network namespaces: every such job used to hang in its first allreduce. The timeout
+    makes a regression fail with the library's error naming the peer, not hang."""
+    r = run(job, cluster, ["-x", "ELASTICRUN_COLLECTIVE_TIMEOUT=30", "-x", f"ELASTICRUN_PROGRESS={progress}",
+                           "-np", 6, "-H", ",".join(h + ":2" for h in HOSTS), TESTPROG, "--allreduce-seconds", 1],
+            timeout=120)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    assert len(re.findall(r"rank \d done after \d+ allreduces", r.stdout)) == 6, r.stdout
 
 
 def test_allreduce_check_across_three_hosts(job, cluster):
@@ -156,7 +170,7 @@ def test_remote_worker_killed_keeps_the_invariant(job, cluster):
 
 def test_killing_the_driver_stops_every_remote_daemon_and_worker(job, cluster):
     _, env = cluster
-    p = job.start(["-x", "ER_TEST_TAG", *UCX_ACROSS_HOSTS, "-np", 3, "-H", ",".join(h + ":1" for h in HOSTS), TESTPROG, "--init",
+    p = job.start(["-x", "ER_TEST_TAG", "-np", 3, "-H", ",".join(h + ":1" for h in HOSTS), TESTPROG, "--init",
                    "--sleep", 120], env=env)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:

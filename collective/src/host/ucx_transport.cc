@@ -1,5 +1,6 @@
 #include "host/ucx_transport.h"
 
+#include <common/log.h>
 #include <elasticrun/types.hpp>
 
 #include <poll.h>
@@ -43,7 +44,7 @@ struct ConfigGuard {
 }  // namespace
 
 UcxTransport::UcxTransport(const Options& opts, std::shared_ptr<Store> store, std::shared_ptr<AbortSignal> abort)
-    : opts_(opts), store_(std::move(store)), abort_(std::move(abort)), eps_(opts.size, nullptr) {
+    : opts_(opts), store_(std::move(store)), abort_(std::move(abort)), here_(this_locality()), eps_(opts.size, nullptr) {
   if (opts_.size >= (1 << kRankBits)) throw Error("ucx transport: world size too large");
   ConfigGuard config;
   ucs_status_t st = ucp_config_read(nullptr, nullptr, &config.cfg);
@@ -88,15 +89,23 @@ void UcxTransport::create_worker() {
   }
 }
 
+// This worker's address, packed by UCX with `flags` (ucp_worker_address_flags_t).
+Bytes UcxTransport::worker_address(std::uint32_t flags) {
+  ucp_worker_attr_t attr{};
+  attr.field_mask = UCP_WORKER_ATTR_FIELD_ADDRESS | UCP_WORKER_ATTR_FIELD_ADDRESS_FLAGS;
+  attr.address_flags = flags;
+  ucs_status_t st = ucp_worker_query(worker_.get(), &attr);
+  if (st != UCS_OK) throw_ucs("ucp_worker_query (address)", st);
+  const auto* p = reinterpret_cast<const std::uint8_t*>(attr.address);
+  Bytes bytes(p, p + attr.address_length);
+  ucp_worker_release_address(worker_.get(), attr.address);
+  return bytes;
+}
+
+// Where this rank runs and both of its addresses (ucx_address.h: which one a peer uses).
 void UcxTransport::publish_address() {
-  ucp_address_t* addr = nullptr;
-  size_t len = 0;
-  ucs_status_t st = ucp_worker_get_address(worker_.get(), &addr, &len);
-  if (st != UCS_OK) throw_ucs("ucp_worker_get_address", st);
-  const auto* p = reinterpret_cast<const std::uint8_t*>(addr);
-  Bytes bytes(p, p + len);
-  ucp_worker_release_address(worker_.get(), addr);
-  store_->set(opts_.scope + "addr/" + std::to_string(opts_.rank), bytes);
+  PublishedAddress a{here_, worker_address(0), worker_address(UCP_WORKER_ADDRESS_FLAG_NET_ONLY)};
+  store_->set(opts_.scope + "addr/" + std::to_string(opts_.rank), encode(a));
 }
 
 UcxTransport::~UcxTransport() {
@@ -134,13 +143,21 @@ void UcxTransport::close_endpoints(bool force) {
 
 ucp_ep_h UcxTransport::endpoint(int peer, Clock::time_point deadline) {
   if (eps_[peer]) return eps_[peer];
-  Bytes addr = store_->get(opts_.scope + "addr/" + std::to_string(peer), deadline);
+  PublishedAddress addr = decode_address(store_->get(opts_.scope + "addr/" + std::to_string(peer), deadline), peer);
+  const bool net_only = needs_network_only(here_, addr.where);
+  if (net_only)
+    ER_LOG(collective, debug, "rank {}: rank {} is on this machine in another network namespace: network transports only",
+           opts_.rank, peer);
   ucp_ep_params_t ep{};
   ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
-  ep.address = reinterpret_cast<const ucp_address_t*>(addr.data());
+  ep.address = reinterpret_cast<const ucp_address_t*>(addr.for_sender_at(here_).data());
   ep.err_mode = UCP_ERR_HANDLING_MODE_NONE;
   ucs_status_t st = ucp_ep_create(worker_.get(), &ep, &eps_[peer]);
-  if (st != UCS_OK) peer_unreachable("connecting to rank " + std::to_string(peer) + ": " + ucs_status_string(st));
+  if (st != UCS_OK)
+    peer_unreachable("connecting to rank " + std::to_string(peer) + ": " + ucs_status_string(st) +
+                     (net_only ? " (it runs on this machine in another network namespace, where UCX's shared memory "
+                                 "cannot wake it, and UCX has no network transport to it)"
+                               : ""));
   return eps_[peer];
 }
 
@@ -268,11 +285,27 @@ void UcxTransport::wait_for_event(Clock::time_point deadline) {
   if (::poll(fds, 2, timeout) < 0 && errno != EINTR) throw Error("poll on the UCX event fd failed");
 }
 
+// Names every peer the wait still needed, receives first: "allreduce: timed out waiting
+// for messages from ranks 2, 5 and for rank 3 to take a message".
 void UcxTransport::fail_timeout(std::span<Request> reqs, const char* what) {
-  auto it = std::find_if(reqs.begin(), reqs.end(), [](const Request& r) { return !r.done(); });
-  std::string msg = std::string(what) + ": timed out waiting for " +
-                    (it->recv ? "a message from rank " : "rank ") + std::to_string(it->peer) +
-                    (it->recv ? "" : " to take a message");
+  std::vector<int> from, to;
+  for (const Request& r : reqs)
+    if (!r.done()) (r.recv ? from : to).push_back(r.peer);
+  for (std::vector<int>* v : {&from, &to}) {
+    std::sort(v->begin(), v->end());
+    v->erase(std::unique(v->begin(), v->end()), v->end());
+  }
+  auto ranks = [](const std::vector<int>& v) {
+    constexpr std::size_t kNamed = 8;
+    std::string s = v.size() == 1 ? "rank " : "ranks ";
+    for (std::size_t i = 0; i < v.size() && i < kNamed; ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+    if (v.size() > kNamed) s += " and " + std::to_string(v.size() - kNamed) + " more";
+    return s;
+  };
+  std::string msg = std::string(what) + ": timed out waiting for ";
+  if (!from.empty()) msg += (from.size() == 1 ? "a message from " : "messages from ") + ranks(from);
+  if (!from.empty() && !to.empty()) msg += " and for ";
+  if (!to.empty()) msg += ranks(to) + (to.size() == 1 ? " to take a message" : " to take their messages");
   cancel_all();
   throw TimeoutError(msg);
 }

@@ -5,6 +5,12 @@
 // something is sent to it, so a rank only fetches the addresses of the peers its
 // algorithms actually use (receives match on the worker and need no endpoint).
 //
+// The published value also says where the rank runs (ucx_address.h): a peer on this
+// machine but in another network namespace is reached over UCX's network transports
+// only, because UCX would pair the two over shared memory and its wake-ups cannot cross
+// network namespaces (a rank whose first action is a receive would wait until its
+// collective timed out).
+//
 // Endpoints use no UCX peer-error handling: in UCX 1.13 that mode drops shared
 // memory on one host. Failure detection is the control plane's job (AbortSignal).
 //
@@ -21,6 +27,7 @@
 #include "control/settings.h"
 #include "control/store.h"
 #include "host/transport.h"
+#include "host/ucx_address.h"
 
 #include <ucp/api/ucp.h>
 
@@ -72,6 +79,7 @@ class UcxTransport final : public Transport {
   using WorkerPtr = std::unique_ptr<std::remove_pointer_t<ucp_worker_h>, WorkerDeleter>;
 
   void create_worker();
+  Bytes worker_address(std::uint32_t flags);
   void publish_address();
   [[noreturn]] void peer_unreachable(const std::string& what);
   [[noreturn]] void fail(const std::string& msg, ucs_status_t st);
@@ -89,6 +97,7 @@ class UcxTransport final : public Transport {
   Options opts_;
   std::shared_ptr<Store> store_;
   std::shared_ptr<AbortSignal> abort_;
+  Locality here_;                      // this rank's, published with its addresses
   ContextPtr context_;
   WorkerPtr worker_;
   int event_fd_ = -1;

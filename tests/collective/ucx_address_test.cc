@@ -1,0 +1,147 @@
+// What a rank publishes for its UCX peers (host/ucx_address.h): the encoding, its checks
+// of what a peer sent, which address a sender uses, and the locality read from /proc;
+// then a rank in a network namespace of its own, where UCX's shared memory would reach it
+// but its wake-ups would not.
+#include "../require.h"
+#include "host/ucx_address.h"
+#include "host/ucx_transport.h"
+#include "control/memory_store.h"
+
+#include <elasticrun/types.hpp>
+
+#include <gtest/gtest.h>
+
+#include <sched.h>
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <thread>
+
+namespace elasticrun::collective {
+namespace {
+
+using namespace std::chrono_literals;
+
+PublishedAddress sample() {
+  return {{"517ad38a-ba5e-47b1-bb54-d4023437a632", 4026532249}, Bytes{1, 2, 3, 4, 5}, Bytes{1, 2}};
+}
+
+TEST(UcxAddress, RoundTrips) {
+  PublishedAddress a = sample();
+  PublishedAddress b = decode_address(encode(a), 3);
+  EXPECT_EQ(b.where, a.where);
+  EXPECT_EQ(b.full, a.full);
+  EXPECT_EQ(b.net_only, a.net_only);
+  PublishedAddress unknown{{}, Bytes{9}, Bytes{}};
+  EXPECT_FALSE(decode_address(encode(unknown), 0).where.known());
+}
+
+TEST(UcxAddress, MalformedNamesThePublisher) {
+  Bytes good = encode(sample());
+  auto rejects = [](const Bytes& b, const std::string& want) {
+    try {
+      decode_address(b, 7);
+      ADD_FAILURE() << "accepted " << b.size() << " bytes";
+    } catch (const ProtocolError& e) {
+      EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+    }
+  };
+  rejects({}, "rank 7 published a malformed UCX address (truncated");
+  for (std::size_t n : {std::size_t{1}, std::size_t{5}, good.size() - 1}) rejects(Bytes(good.begin(), good.begin() + n), "truncated");
+  Bytes longer = good;
+  longer.push_back(0);
+  rejects(longer, "bytes after the end");
+  Bytes version = good;
+  version[0] = 9;
+  rejects(version, "rank 7 published a UCX address of version 9");
+  rejects(encode({{}, Bytes{}, Bytes{}}), "rank 7 published an empty UCX address");
+}
+
+TEST(UcxAddress, NetworkOnlyForAnotherNetworkNamespaceOfThisMachine) {
+  Locality here{"boot-a", 100};
+  EXPECT_FALSE(needs_network_only(here, here));
+  EXPECT_TRUE(needs_network_only(here, {"boot-a", 101}));
+  EXPECT_FALSE(needs_network_only(here, {"boot-b", 101}));  // another machine: UCX's own choice
+  EXPECT_FALSE(needs_network_only(here, {"boot-b", 100}));
+  EXPECT_FALSE(needs_network_only(here, {}));               // unknown: UCX's own choice
+  EXPECT_FALSE(needs_network_only({}, here));
+  PublishedAddress peer = sample();
+  peer.where = {"boot-a", 101};
+  EXPECT_EQ(peer.for_sender_at(here), peer.net_only);
+  EXPECT_EQ(peer.for_sender_at({"boot-a", 101}), peer.full);
+  EXPECT_EQ(peer.for_sender_at({"boot-b", 100}), peer.full);
+}
+
+TEST(UcxAddress, LocalityIsBootIdAndNetworkNamespace) {
+  std::ifstream f("/proc/sys/kernel/random/boot_id");
+  std::string boot;
+  std::getline(f, boot);
+  struct stat st {};
+  ASSERT_EQ(::stat("/proc/self/ns/net", &st), 0) << std::strerror(errno);
+  Locality l = this_locality();
+  EXPECT_EQ(l.machine, boot);
+  EXPECT_EQ(l.netns, st.st_ino);
+  EXPECT_TRUE(l.known());
+}
+
+// Runs `fn` on a thread of its own in a new network namespace (a namespace is a thread's);
+// returns why that is impossible here, or nothing.
+std::string in_new_netns(const std::function<void()>& fn) {
+  std::string why;
+  std::thread t([&] {
+    if (::unshare(CLONE_NEWNET) != 0) {
+      why = std::string("unshare(CLONE_NEWNET): ") + std::strerror(errno);
+      return;
+    }
+    fn();
+  });
+  t.join();
+  return why;
+}
+
+TEST(UcxAddress, AThreadInANewNetworkNamespaceIsOnThisMachineElsewhere) {
+  Locality here = this_locality(), there;
+  if (auto why = in_new_netns([&] { there = this_locality(); }); !why.empty()) ER_SKIP_UNLESS_REQUIRED("netns", why);
+  EXPECT_EQ(there.machine, here.machine);
+  EXPECT_NE(there.netns, here.netns);
+  EXPECT_TRUE(needs_network_only(here, there));
+}
+
+// Rank 1 lives in a network namespace of its own with no interface up: UCX would reach it
+// over shared memory (same boot_id, same IPC namespace) and the send would seem to succeed
+// while rank 1 never woke for it. Rank 0 must instead be told that it cannot reach rank 1,
+// and why, within the grace it gives an abort notice (UcxTransport::kNoticeGrace).
+TEST(UcxAddress, APeerInAnotherNetworkNamespaceIsNotReachedOverSharedMemory) {
+  auto store = std::make_shared<MemoryStore>();
+  auto options = [](int r) {
+    UcxTransport::Options o;
+    o.rank = r;
+    o.size = 2;
+    o.local_size = 2;
+    o.scope = "netns/";
+    return o;
+  };
+  std::unique_ptr<UcxTransport> far;
+  auto abort1 = std::make_shared<AbortSignal>();
+  std::string why = in_new_netns([&] { far = std::make_unique<UcxTransport>(options(1), store, abort1); });
+  if (!why.empty()) ER_SKIP_UNLESS_REQUIRED("netns", why);
+  ASSERT_TRUE(far);
+  UcxTransport near(options(0), store, std::make_shared<AbortSignal>());
+  std::uint64_t x = 42;
+  auto start = Clock::now();
+  try {
+    Transport::Request s = near.isend(1, Transport::make_tag(1, 0), &x, sizeof x);
+    near.wait(std::span(&s, 1), Clock::now() + 5s, "test");
+    ADD_FAILURE() << "a send to rank 1 in another network namespace completed";
+  } catch (const WorkersFailed& e) {
+    EXPECT_NE(std::string(e.what()).find("connecting to rank 1"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("another network namespace"), std::string::npos) << e.what();
+  }
+  EXPECT_LT(Clock::now() - start, UcxTransport::kNoticeGrace + 1s);
+}
+
+}  // namespace
+}  // namespace elasticrun::collective
