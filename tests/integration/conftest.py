@@ -144,6 +144,19 @@ def namespace_cluster(hosts, slots):
     subprocess.run([str(script), "down"], capture_output=True, timeout=120)
 
 
+def checkpoints(d):
+    """The durable checkpoint files in `d` (--checkpoint-dir), oldest first; none while
+    the driver has not made the directory yet."""
+    return sorted(p.name for p in d.iterdir() if p.name.startswith("commit-")) if d.exists() else []
+
+
+def wait_for_checkpoints(d, n, timeout=60):
+    deadline = time.monotonic() + timeout
+    while len(checkpoints(d)) < n and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert len(checkpoints(d)) >= n, f"no {n} checkpoints in {d} within {timeout} s: {checkpoints(d)}"
+
+
 def discovery_script(tmp_path, lines):
     """A --host-discovery-script that prints the file it returns (one host a line), which
     the test rewrites to add and remove hosts."""

@@ -10,20 +10,10 @@ import time
 
 import pytest
 
+from conftest import checkpoints, wait_for_checkpoints
 from test_sgd import HOSTS, SGD, finals, reference, sgd_workers
 
 ARGS = ["--steps", 150, "--dim", 64, "--batch", 48, "--commit-every", 5]
-
-
-def checkpoints(d):
-    return sorted(p.name for p in d.iterdir() if p.name.startswith("commit-")) if d.exists() else []
-
-
-def wait_for_checkpoints(d, n, timeout=30):
-    deadline = time.monotonic() + timeout
-    while len(checkpoints(d)) < n and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert len(checkpoints(d)) >= n, f"no {n} checkpoints in {d} within {timeout} s: {checkpoints(d)}"
 
 
 def of_kind(events, kind):

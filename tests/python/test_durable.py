@@ -6,25 +6,13 @@ uninterrupted run."""
 import json
 import os
 import signal
-import time
 
-from conftest import HERE, run_python, start_python, workers_of
-from test_elastic_state import check, reference  # noqa: F401
+from conftest import HERE, run_python, start_python, wait_for_checkpoints, workers_of
+from test_elastic_state import reference
 
 NUMPY = HERE / "workers" / "elastic_numpy.py"
 TORCH = HERE / "workers" / "torch_durable.py"
 HOSTS4 = ["-H", "localhost:1,127.0.0.2:1,127.0.0.3:1,127.0.0.4:1"]
-
-
-def checkpoints(d):
-    return sorted(p.name for p in d.iterdir() if p.name.startswith("commit-")) if d.exists() else []
-
-
-def wait_for_checkpoints(d, n, timeout=60):
-    deadline = time.monotonic() + timeout
-    while len(checkpoints(d)) < n and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert len(checkpoints(d)) >= n, f"no {n} checkpoints in {d} within {timeout} s: {checkpoints(d)}"
 
 
 def events_of(path, kind):
