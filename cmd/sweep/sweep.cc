@@ -108,7 +108,11 @@ void Sweep::start(Trial& t) {
   for (const auto& e : env) l.args.insert(l.args.end(), {"-x", e});
   l.args.push_back("--");
   l.args.insert(l.args.end(), command_.begin(), command_.end());
-  for (char** e = environ; *e; ++e) l.env.emplace_back(*e);
+  // A durable checkpoint directory in the sweep's environment would be every trial's, and
+  // one trial would resume from another's state: trials checkpoint in their own
+  // ELASTICRUN_TRIAL_DIR instead.
+  for (char** e = environ; *e; ++e)
+    if (std::string_view(*e).rfind("ELASTICRUN_CHECKPOINT_", 0) != 0) l.env.emplace_back(*e);
   std::string id = t.rec.id;
   TrialJob::Callbacks cb;
   cb.on_report = [this, id](const nlohmann::json& r) { on_report(*find(id), r); };

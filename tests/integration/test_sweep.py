@@ -90,6 +90,21 @@ def test_asha_sweep_of_12_trials_over_a_smaller_pool(job, tmp_path):
     assert ev[-1]["event"] == "sweep_finished" and ev[-1]["best"]["config"] == {"lr": 0.1, "momentum": 0.9}
 
 
+def test_trials_do_not_inherit_a_durable_checkpoint_directory(job, tmp_path):
+    """ELASTICRUN_CHECKPOINT_DIR in the sweep's environment would make it every trial's
+    --checkpoint-dir, and one trial would resume another's state."""
+    exp, shared = tmp_path / "exp", tmp_path / "shared"
+    sp = space(tmp_path, {"lr": {"grid": [0.01, 0.1]}})
+    wrapper = tmp_path / "trial.sh"
+    wrapper.write_text(f'#!/bin/sh\n[ -z "$ELASTICRUN_CHECKPOINT_DIR" ] || exit 4\nexec {TRIAL} "$@"\n')
+    wrapper.chmod(0o755)
+    r = job.run(["sweep", "-H", POOL, "--space", sp, "--metric", "loss", "--dir", exp, "--", wrapper, "--steps", 10,
+                 "--report-every", 5], timeout=120, env={"ELASTICRUN_CHECKPOINT_DIR": str(shared)})
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert [t["status"]["state"] for t in trials(exp).values()] == ["finished", "finished"], trials(exp)
+    assert not shared.exists()
+
+
 def test_a_crashing_trial_is_failed_and_the_sweep_goes_on(job, tmp_path):
     exp = tmp_path / "exp"
     sp = space(tmp_path, {"crash": {"grid": [True, False]}, "lr": 0.1})
