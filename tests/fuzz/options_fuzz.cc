@@ -1,8 +1,9 @@
 // libFuzzer target: elasticrun's command line (cmd::parse_options).
 //
 // Input: the arguments after argv[0], separated by NUL bytes (at most 64 of them).
-// parse_options may read a file (--hostfile) and getenv (-x VAR, ELASTICRUN_SSH_*); inputs that mention
-// "hostfile" anywhere are skipped so the fuzzer never opens files. A command line is
+// parse_options may read a file (--hostfile), make a directory and write in it
+// (--checkpoint-dir) and getenv (-x VAR, ELASTICRUN_SSH_*); inputs that mention "hostfile"
+// or "checkpoint-dir" anywhere are skipped so the fuzzer never touches files. A command line is
 // local input rather than a peer's, but a crash or an escaping exception on any of
 // them is still a bug: errors must come back as Result failures.
 //
@@ -31,7 +32,7 @@ namespace {
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   std::string_view in(reinterpret_cast<const char*>(data), size);
-  if (in.find("hostfile") != std::string_view::npos) return 0;
+  if (in.find("hostfile") != std::string_view::npos || in.find("checkpoint-dir") != std::string_view::npos) return 0;
   std::vector<std::string> args{"elasticrun"};
   while (!in.empty()) {
     std::size_t nul = in.find('\0');
