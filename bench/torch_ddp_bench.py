@@ -1,7 +1,7 @@
 """elasticrun.torch's DistributedOptimizer against torch DDP on the gloo backend: the
 same MLP (about 16M parameters), the same per-rank batch, the same machine, in one run.
 
-    /usr/bin/python3 bench/torch_ddp_bench.py [--np 2,4] [--steps 30] [--batch 16]
+    /usr/bin/python3 bench/torch_ddp_bench.py [--np 2,4] [--steps 30] [--batch 16] [--overlap auto|on|off]
 
 For each rank count it launches the elasticrun workers under build/cmd/elasticrun, then
 the DDP workers as plain subprocesses (env:// rendezvous, MASTER_ADDR/PORT set here),
@@ -37,7 +37,7 @@ def model():
     return torch.nn.Sequential(*layers[:-1])
 
 
-def worker(kind, steps, warmup, batch):
+def worker(kind, steps, warmup, batch, overlap="auto"):
     import torch
     torch.set_num_threads(1)
     torch.manual_seed(0)
@@ -47,7 +47,8 @@ def worker(kind, steps, warmup, batch):
         import elasticrun.torch as hvd
         hvd.init()
         rank, size = hvd.rank(), hvd.size()
-        opt = hvd.DistributedOptimizer(opt, named_parameters=net.named_parameters())
+        opt = hvd.DistributedOptimizer(opt, named_parameters=net.named_parameters(),
+                                       overlap={"auto": None, "on": True, "off": False}[overlap])
         step_model = net
 
         def max_over_ranks(x):
@@ -106,7 +107,8 @@ def result_of(out):
 def run_er(n, args):
     env = dict(os.environ, PYTHONPATH=str(BUILD / "python"))
     cmd = [str(BUILD / "cmd" / "elasticrun"), "-np", str(n), "-x", "PYTHONPATH", PYTHON, __file__, "--worker", "er",
-           "--steps", str(args.steps), "--warmup", str(args.warmup), "--batch", str(args.batch)]
+           "--steps", str(args.steps), "--warmup", str(args.warmup), "--batch", str(args.batch),
+           "--overlap", args.overlap]
     p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
     return result_of(p.stdout), p
 
@@ -137,14 +139,16 @@ def main():
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--batch", type=int, default=16, help="samples per rank and step")
+    ap.add_argument("--overlap", choices=["auto", "on", "off"], default="auto",
+                    help="DistributedOptimizer's overlap= (auto: only with a core to spare)")
     ap.add_argument("--worker", choices=["er", "ddp"])
     args = ap.parse_args()
     if args.worker:
-        worker(args.worker, args.steps, args.warmup, args.batch)
+        worker(args.worker, args.steps, args.warmup, args.batch, args.overlap)
         return
     params = sum(a * b + b for a, b in zip(WIDTHS, WIDTHS[1:]))
     print(f"MLP {'-'.join(map(str, WIDTHS))}: {params / 1e6:.1f}M parameters, batch {args.batch} per rank, "
-          f"{args.steps} timed steps after {args.warmup}, median of the slowest rank's step")
+          f"{args.steps} timed steps after {args.warmup}, median of the slowest rank's step, overlap {args.overlap}")
     print(f"{'ranks':>5} {'elasticrun samples/s':>21} {'DDP gloo samples/s':>19} {'ratio':>6}")
     bad = []
     for n in [int(v) for v in args.np.split(",")]:

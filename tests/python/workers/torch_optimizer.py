@@ -2,7 +2,9 @@
 each global batch against one process training on the whole batch (computed by every
 rank for itself, from the same seed). Modes: plain, bpps (backward_passes_per_step=2),
 fp16 (Compression.fp16), clip (synchronize + clip_grad_norm_ + skip_synchronize),
-sum (op=Sum with the loss scaled by 1/size), setnone (zero_grad(set_to_none=True)). Prints `torch_optimizer <mode>: OK ...` or
+sum (op=Sum with the loss scaled by 1/size), setnone (zero_grad(set_to_none=True)),
+overlap and nooverlap (overlap=True / False: buckets issued during backward() or only
+at step(), checked after each backward()). Prints `torch_optimizer <mode>: OK ...` or
 FAIL lines; exit status 1 on failure."""
 import copy
 import sys
@@ -56,6 +58,8 @@ def main():
         kwargs["compression"] = hvd.Compression.fp16
     if mode == "sum":
         kwargs["op"] = hvd.Sum
+    if mode in ("overlap", "nooverlap"):
+        kwargs["overlap"] = mode == "overlap"
     opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9), **kwargs)
     assert isinstance(opt, torch.optim.SGD)
     share = BATCH // n
@@ -80,6 +84,11 @@ def main():
             (loss_of(model, xs, ys) / n).backward()
         else:
             loss_of(model, xs, ys).backward()
+        issued = opt._next  # buckets issued during backward()
+        if mode in ("overlap", "nooverlap") and (mode == "overlap") != (issued > 0):
+            print(f"FAIL torch_optimizer {mode} rank {r}: {issued} buckets issued during backward() at step {step}",
+                  flush=True)
+            sys.exit(1)
         if mode == "clip":
             opt.synchronize()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 0.5)
