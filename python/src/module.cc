@@ -5,6 +5,7 @@
 #include "buffers.h"
 #include "checkpoints.h"
 #include "engine.h"
+#include "process_engine.h"
 
 #include <elasticrun/elasticrun.hpp>
 
@@ -26,25 +27,7 @@
 namespace elasticrun::python {
 namespace {
 
-// The process-wide engine of the process-wide context: made by init(), destroyed by
-// shutdown() before the context is.
-std::unique_ptr<Engine>& engine_slot() {
-  static std::unique_ptr<Engine> e;
-  return e;
-}
-
-Engine& engine() {
-  auto& e = engine_slot();
-  if (!e) throw Error("elasticrun is not initialised: call elasticrun.init() first");
-  return *e;
-}
-
-// Whether the buffer-protocol collectives check that the ranks agree on count and type
-// first (elasticrun.set_shape_check; ELASTICRUN_CHECK_SHAPES=0 at import turns it off).
-bool& shape_check() {
-  static bool on = true;
-  return on;
-}
+Engine& engine() { return process_engine(); }
 
 int world_size() {
   engine();
@@ -52,19 +35,14 @@ int world_size() {
 }
 
 void do_init() {
-  if (engine_slot()) return;
-  {
-    py::gil_scoped_release nogil;
-    elasticrun::init();
-  }
-  engine_slot() = std::make_unique<Engine>(elasticrun::context());
+  py::gil_scoped_release nogil;
+  start_process_engine();
 }
 
 void do_shutdown() {
   flush_checkpoints();
   py::gil_scoped_release nogil;
-  engine_slot().reset();
-  elasticrun::shutdown();
+  stop_process_engine();
 }
 
 // A pending collective. Holds the buffers it reads and writes until it is done: a handle
@@ -300,7 +278,7 @@ PYBIND11_MODULE(_core, m) {
 
   m.def("init", &do_init, "Join the job (reads the ELASTICRUN_* environment the daemon set)");
   m.def("shutdown", &do_shutdown, "Leave the job; collectives after it raise");
-  m.def("is_initialized", [] { return static_cast<bool>(engine_slot()); });
+  m.def("is_initialized", &process_engine_started);
   m.def("rank", [] { return engine(), elasticrun::rank(); });
   m.def("size", [] { return engine(), elasticrun::size(); });
   m.def("local_rank", [] { return engine(), elasticrun::local_rank(); });
@@ -365,9 +343,9 @@ PYBIND11_MODULE(_core, m) {
       },
       py::arg("ptr"), py::arg("count"), py::arg("dtype"), py::arg("op"));
   m.def(
-      "set_shape_check", [](bool on) { shape_check() = on; }, py::arg("on"),
+      "set_shape_check", &set_shape_check, py::arg("on"),
       "Whether collectives on buffers first check that every rank passes the same count and type");
-  m.def("shape_check", [] { return shape_check(); });
+  m.def("shape_check", &shape_check);
   m.def("_drain", [] {
     Engine& e = engine();
     py::gil_scoped_release nogil;

@@ -28,6 +28,10 @@ What differs from Horovod:
 - ``Adasum`` exists only to raise NotImplementedError; process sets, sparse gradients
   and GPU tensors are not supported.
 - ``reducescatter`` and ``alltoall`` with uneven splits pad to the largest share.
+
+Importing it also registers the torch.distributed backend ``elasticrun``
+(``elasticrun.torch.backend``): ``torch.distributed.init_process_group("elasticrun")``
+gives DDP and torch.distributed scripts the same collectives, on the same ordered engine.
 """
 from elasticrun import (ElasticTimeoutError, ElasticrunError, HorovodInternalError, HostsUpdatedError,
                         HostsUpdatedInterrupt, ProtocolError, WorkersFailedError, cross_rank, cross_size, init,
@@ -41,6 +45,9 @@ from elasticrun.torch.ops import (Adasum, Average, Handle, Max, Min, Product, Su
                                   grouped_allreduce_, join, poll, reducescatter, synchronize)
 from elasticrun.torch.optimizer import DistributedOptimizer
 from elasticrun.torch import elastic
+from elasticrun.torch import backend as _backend
+
+_backend.register()  # torch.distributed.init_process_group("elasticrun")
 
 __all__ = [
     "init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size", "cross_rank", "cross_size",

@@ -1,0 +1,29 @@
+// The process's one collective engine, shared by the package's extension modules:
+// elasticrun._core (elasticrun and elasticrun.torch's Horovod-style collectives) and
+// elasticrun._c10d (the torch.distributed backend). One engine over one communicator is
+// what keeps one order: a process-group allreduce issued after an hvd-style one runs
+// after it, on every rank. Both modules link this library (libelasticrun-python), so
+// they see the same engine, which lives from elasticrun.init() to elasticrun.shutdown().
+//
+// The callers hold the GIL or not as they like: nothing here touches Python.
+#pragma once
+
+#include "engine.h"
+
+namespace elasticrun::python {
+
+// Joins the job (elasticrun::init()) and starts the engine; nothing when already done.
+void start_process_engine();
+// Finishes what the engine has queued, stops it, and leaves the job (elasticrun::shutdown()).
+// Collectives issued after it throw Error; issuing one while it runs is the caller's bug.
+void stop_process_engine();
+bool process_engine_started();
+// The engine; throws Error ("not initialised") before start_process_engine().
+Engine& process_engine();
+
+// Whether collectives first check that every rank passes the same element count and
+// type (Request::check): elasticrun.set_shape_check, ELASTICRUN_CHECK_SHAPES=0.
+bool shape_check();
+void set_shape_check(bool on);
+
+}  // namespace elasticrun::python
