@@ -175,6 +175,38 @@ class ObjectState(State):
         ObjectState.restore(self)
 
 
+# Extensions of run() (elasticrun.torch's elastic DDP adds one of each): translators map
+# an exception that is none of elasticrun's own to one of them (or None: not a reset);
+# sync hooks run on every rank right before each sync of run().
+_translators = []
+_sync_hooks = []
+
+
+def add_error_translator(translate):
+    """run() also resets on an exception for which translate(e) returns one of
+    elasticrun's elastic errors (WorkersFailedError, HostsUpdatedError,
+    ElasticTimeoutError), as for that error."""
+    if translate not in _translators:
+        _translators.append(translate)
+
+
+def add_sync_hook(hook):
+    """hook() runs on every rank right before each sync of run(): when the function is
+    first entered, and after each re-join and the reset callbacks. It is the one point
+    that a worker added by the reset (entering run() for the first time) and the
+    survivors (re-entering it) reach together, so a hook may make collectives."""
+    if hook not in _sync_hooks:
+        _sync_hooks.append(hook)
+
+
+def _translated(error):
+    for translate in _translators:
+        found = translate(error)
+        if found is not None:
+            return found
+    return None
+
+
 def _reset():
     _core.rejoin()
 
@@ -193,6 +225,8 @@ def run(func):
     def wrapper(state, *args, **kwargs):
         while True:
             try:
+                for hook in _sync_hooks:
+                    hook()
                 state.sync()  # inside: a failure during a recovery is one more reset
                 return func(state, *args, **kwargs)
             except (_er.WorkersFailedError, _er.ElasticTimeoutError):
@@ -200,6 +234,10 @@ def run(func):
             except HostsUpdatedInterrupt:
                 if not state._at_commit:
                     state.restore()  # interrupted mid-step: the step may be half done
+            except Exception as e:  # noqa: BLE001 - re-raised unless it stands for a reset
+                if _translated(e) is None:
+                    raise
+                state.restore()  # (a HostsUpdatedError so carried interrupted a step too)
             state._at_commit = False
             _reset()
             state.on_reset()

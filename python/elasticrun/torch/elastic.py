@@ -38,9 +38,14 @@ from elasticrun import elastic as _elastic
 from elasticrun.torch.functions import broadcast_object, broadcast_optimizer_state, broadcast_parameters
 from elasticrun.torch.sampler import ElasticSampler
 
+try:
+    from elasticrun.torch.elastic_ddp import DistributedDataParallel, renew_process_group
+except ImportError:  # torch without torch.distributed
+    DistributedDataParallel = renew_process_group = None
+
 __all__ = ["TorchState", "ElasticSampler", "run", "StateHandler", "ModelStateHandler", "OptimizerStateHandler",
            "LRSchedulerStateHandler", "SamplerStateHandler", "register_handler", "get_handler_registry",
-           "set_handler_registry", "State", "ObjectState"]
+           "set_handler_registry", "State", "ObjectState", "DistributedDataParallel", "renew_process_group"]
 
 run = _elastic.run
 State = _elastic.State

@@ -28,17 +28,23 @@ std::uint64_t joined_epoch() {
 }
 
 // The library's error, of the same type (elasticrun's exception classes in Python),
-// with the operation named.
+// with the operation named. The elastic ones also name their Python class in the text:
+// torch's autograd engine turns an error that reaches backward() (DDP's reducer waits
+// on the futures there) into a RuntimeError with that text only, and
+// elasticrun.torch.elastic.run tells a reset from other errors by it.
 std::exception_ptr with_context(std::exception_ptr e, const char* what) {
-  auto msg = [what](const std::exception& x) { return fmt::format("elasticrun process group: {}: {}", what, x.what()); };
+  auto msg = [what](const std::exception& x, const char* cls = nullptr) {
+    if (cls) return fmt::format("elasticrun process group: {}: {}: {}", what, cls, x.what());
+    return fmt::format("elasticrun process group: {}: {}", what, x.what());
+  };
   try {
     std::rethrow_exception(e);
   } catch (const WorkersFailed& x) {
-    return std::make_exception_ptr(WorkersFailed(msg(x)));
+    return std::make_exception_ptr(WorkersFailed(msg(x, "WorkersFailedError")));
   } catch (const HostsUpdated& x) {
-    return std::make_exception_ptr(HostsUpdated(msg(x)));
+    return std::make_exception_ptr(HostsUpdated(msg(x, "HostsUpdatedError")));
   } catch (const TimeoutError& x) {
-    return std::make_exception_ptr(TimeoutError(msg(x)));
+    return std::make_exception_ptr(TimeoutError(msg(x, "ElasticTimeoutError")));
   } catch (const ProtocolError& x) {
     return std::make_exception_ptr(ProtocolError(msg(x)));
   } catch (const Error& x) {
