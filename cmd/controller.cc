@@ -101,6 +101,7 @@ void EpochController::spawn(const rendezvous::WorkerPlace& w) {
   Place p{w.host, w.slot};
   Worker fresh;
   fresh.rank = w.rank;
+  fresh.local_rank = w.local_rank;
   fresh.started_epoch = assignment_.epoch;
   if (auto r = retired_.find(p); r != retired_.end()) {
     ER_LOG(driver, info, "rank {} on host '{}' slot {} starts once the worker stopped there (pid {}) has exited",
@@ -112,9 +113,17 @@ void EpochController::spawn(const rendezvous::WorkerPlace& w) {
   launch(p, workers_[p] = fresh);
 }
 
-void EpochController::launch(const Place& p, const Worker& w) {
+// Starts the worker, once the epoch's port is known.
+void EpochController::launch(const Place& p, Worker& w) {
+  if (port_epoch_ != assignment_.epoch) {
+    w.held = true;
+    return;
+  }
+  w.held = false;
   daemon_gone_.erase(p.first);  // the spawn starts a daemon there if it has none
-  out_.push_back(command::Spawn{p, w.rank, assignment_.size(), w.started_epoch});
+  TorchWorker torch = torch_worker(assignment_, w.rank);
+  torch.master_port = master_port_;
+  out_.push_back(command::Spawn{p, w.rank, assignment_.size(), w.started_epoch, std::move(torch)});
 }
 
 // Takes the place's worker out of the job and signals it. One with a process keeps an
@@ -125,7 +134,7 @@ bool EpochController::retire(const Place& p, int sig, std::optional<TimePoint> k
   if (it == workers_.end()) return false;
   Worker w = std::move(it->second);
   workers_.erase(it);
-  if (w.spawn_pending || w.exited || daemon_gone_.count(p.first)) return false;
+  if (w.spawn_pending || w.held || w.exited || daemon_gone_.count(p.first)) return false;
   out_.push_back(command::Signal{p, sig});
   w.kill_at = kill_at;
   retired_[p] = std::move(w);
@@ -135,7 +144,7 @@ bool EpochController::retire(const Place& p, int sig, std::optional<TimePoint> k
 void EpochController::worker_started(const std::string& host, std::uint32_t slot, int pid) {
   Place p{host, static_cast<int>(slot)};
   Worker* w = retired_.count(p) ? &retired_.at(p) : worker(p);
-  if (!w || w->spawn_pending || w->pid != 0) return;
+  if (!w || w->spawn_pending || w->held || w->pid != 0) return;
   w->pid = pid;
   emit("worker_started",
        {{"host", host}, {"slot", slot}, {"rank", w->rank}, {"pid", pid}, {"epoch", assignment_.epoch}});
@@ -145,6 +154,7 @@ void EpochController::worker_joined(const rendezvous::WorkerPlace& p, std::uint6
   Worker* w = worker(p);
   if (!w) return;
   w->joined_epoch = epoch;
+  joined_any_ = true;
   if (epoch != assignment_.epoch) return;
   for (const auto& r : assignment_.workers) {
     Worker* x = worker(Place{r.host, r.slot});
@@ -173,6 +183,7 @@ void EpochController::worker_silent(const rendezvous::WorkerPlace& p, std::chron
 
 void EpochController::worker_exited(const std::string& host, const msg::Exited& e, TimePoint now) {
   Place p{host, static_cast<int>(e.slot)};
+  bool failure = e.code != 0 || e.signal != 0;
   auto report = [&](const Worker& w, bool removed) {
     out_.push_back(command::CloseOutput{w.rank});
     emit("worker_exited", {{"host", host}, {"slot", e.slot}, {"rank", w.rank}, {"pid", e.pid},
@@ -182,6 +193,8 @@ void EpochController::worker_exited(const std::string& host, const msg::Exited& 
   // the place for a successor that may be waiting.
   if (auto r = retired_.find(p); r != retired_.end() && r->second.pid == static_cast<int>(e.pid)) {
     report(r->second, true);
+    // Failed already (its rendezvous connection closed first): its error file says why.
+    if (r->second.failed && failure) report_error(host, r->second, e);
     retired_.erase(r);
     auto next = workers_.find(p);
     if (finished() || next == workers_.end() || !next->second.spawn_pending) return;
@@ -197,7 +210,11 @@ void EpochController::worker_exited(const std::string& host, const msg::Exited& 
     workers_.erase(it);
     return;
   }
-  if (e.code != 0 || e.signal != 0) return worker_failed(p, {Failure::Kind::exited, describe_exit(e)}, now);
+  if (failure) {
+    Worker was = w;  // failing it may retire it
+    worker_failed(p, {Failure::Kind::exited, describe_exit(e)}, now);
+    return report_error(host, was, e);
+  }
   w.exited_ok = true;
   finishing_ = true;
   if (all_finished()) return end(exit_code::kOk, "");

@@ -62,6 +62,7 @@ void EpochController::worker_failed(const Place& p, const Failure& why, TimePoin
     }
     who = describe(p);
     say(fmt::format("{} {}; blacklisting host '{}'", who, why.text, p.first));
+    workers_.at(p).failed = true;
     retire(p, SIGKILL);
   } else {
     // A daemon lost after its workers were already failed or removed changes nothing.
@@ -70,12 +71,7 @@ void EpochController::worker_failed(const Place& p, const Failure& why, TimePoin
     if (!live) return;
     say(fmt::format("host '{}' {}; blacklisting it", p.first, why.text));
   }
-  auto cooldown = membership_.blacklist(p.first, now);
-  cooldown_end_ = membership_.next_expiry(now);
-  static constexpr const char* kCause[] = {"exited", "connection_lost", "join_timeout", "daemon_lost",
-                                           "worker_timeout"};
-  emit("host_blacklisted", {{"host", p.first}, {"reason", why.text}, {"cause", kCause[static_cast<int>(why.kind)]},
-                            {"cooldown_s", cooldown ? cooldown->count() / 1000.0 : -1.0}});
+  blacklist(p.first, why, now);
   std::vector<Place> rest;
   for (const auto& [q, w] : workers_)
     if (q.first == p.first && !w.exited_ok) rest.push_back(q);
@@ -83,6 +79,15 @@ void EpochController::worker_failed(const Place& p, const Failure& why, TimePoin
   epoch_broken_ = true;
   broken_reason_ = fmt::format("{} on host '{}' {}", who, p.first, why.text);
   reconcile(now);
+}
+
+void EpochController::blacklist(const std::string& host, const Failure& why, TimePoint now) {
+  auto cooldown = membership_.blacklist(host, now);
+  cooldown_end_ = membership_.next_expiry(now);
+  static constexpr const char* kCause[] = {"exited", "connection_lost", "join_timeout", "daemon_lost",
+                                           "worker_timeout"};
+  emit("host_blacklisted", {{"host", host}, {"reason", why.text}, {"cause", kCause[static_cast<int>(why.kind)]},
+                            {"cooldown_s", cooldown ? cooldown->count() / 1000.0 : -1.0}});
 }
 
 // A worker gave up on the current epoch before the driver saw any failure. Usually what
@@ -199,7 +204,7 @@ void EpochController::begin_epoch(rendezvous::Plan plan, msg::NotifyKind kind, c
   // Workers kept keep their process; the rest are started for this epoch.
   for (auto& w : assignment_.workers) {
     auto it = workers_.find({w.host, w.slot});
-    if (it != workers_.end()) it->second.rank = w.rank;
+    if (it != workers_.end()) it->second.rank = w.rank, it->second.local_rank = w.local_rank;
     w.started_epoch = it != workers_.end() ? it->second.started_epoch : assignment_.epoch;
   }
   out_.push_back(command::StartEpoch{assignment_, kind, reason});
@@ -212,6 +217,7 @@ void EpochController::begin_epoch(rendezvous::Plan plan, msg::NotifyKind kind, c
                          {"assignment", places}});
   ER_LOG(driver, info, "epoch {}: {} workers ({} new, {} kept, {} removed)", assignment_.epoch, assignment_.size(),
          plan.spawn.size(), plan.keep.size(), plan.remove.size());
+  reserve_port(plan);
   for (const auto& w : plan.spawn) spawn(w);
   // A worker that joined the previous epoch, or is new, gets a whole join timeout (a new
   // one --start-timeout); one that missed the previous epoch too keeps its deadline.
@@ -291,9 +297,14 @@ std::optional<TimePoint> EpochController::next_deadline(TimePoint now) const {
   consider(elastic_deadline_);
   // One past the cool-down's end: at its end the host is still blacklisted.
   if (cooldown_end_) consider(std::max(*cooldown_end_ + std::chrono::milliseconds(1), now));
-  for (const auto& p : not_joined()) consider(workers_.at(p).join_deadline);
+  if (joins_awaited())
+    for (const auto& p : not_joined()) consider(workers_.at(p).join_deadline);
   return first;
 }
+
+// Whether workers that do not join in time are late. A program that never links
+// libelasticrun (a torchrun script) never joins, and runs to its end.
+bool EpochController::joins_awaited() const { return joined_any_ || cfg_.elastic; }
 
 void EpochController::tick(TimePoint now) {
   for (auto& [p, w] : retired_)
@@ -313,7 +324,7 @@ void EpochController::tick(TimePoint now) {
       reconcile(now);
     }
   }
-  if (!finished()) join_timeout(now);
+  if (!finished() && joins_awaited()) join_timeout(now);
   if (!finished() && elastic_deadline_ && *elastic_deadline_ <= now) {
     int want = cfg_.elastic ? cfg_.min_np : cfg_.np;
     end(exit_code::kTimeout, fmt::format("fewer than {} slots available for {:.0f} s (--elastic-timeout); {} now",

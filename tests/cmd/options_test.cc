@@ -102,12 +102,24 @@ TEST(Options, BadInputsHaveClearMessages) {
       {{"--worker-timeout", "inf", "prog"}, "0 (off) or"},
       {{"--worker-timeout", "nan", "prog"}, "0 (off) or"},
       {{"--worker-timeout", "later", "prog"}, "invalid"},
+      {{"--run-id", "", "prog"}, "--run-id '': expected 1 to 128 letters"},
+      {{"--run-id", "a b", "prog"}, "--run-id 'a b'"},
+      {{"--run-id", std::string(129, 'a'), "prog"}, "expected 1 to 128"},
   };
   for (const auto& c : cases) {
     auto r = parse(c.args);
     ASSERT_FALSE(r.ok()) << c.args[0];
     EXPECT_NE(r.error().find(c.why), std::string::npos) << r.error();
   }
+}
+
+TEST(Options, RunId) {
+  auto r = parse({"-np", "2", "./train"});
+  ASSERT_TRUE(r.ok()) << r.error();
+  EXPECT_EQ(r->options->run_id, "");
+  r = parse({"-np", "2", "--run-id", "exp-7.a:b_c", "./train"});
+  ASSERT_TRUE(r.ok()) << r.error();
+  EXPECT_EQ(r->options->run_id, "exp-7.a:b_c");
 }
 
 TEST(Options, HostTimeoutSetsTheKeepAliveOfSshConnectionsToo) {
