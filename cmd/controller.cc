@@ -45,6 +45,7 @@ ControllerConfig ControllerConfig::of(const Options& o) {
   c.reset_limit = o.reset_limit;
   c.cooldown = o.blacklist_cooldown;
   c.durable = !o.checkpoint_dir.empty();
+  c.max_restarts = o.max_restarts;
   return c;
 }
 
@@ -123,6 +124,8 @@ void EpochController::launch(const Place& p, Worker& w) {
   daemon_gone_.erase(p.first);  // the spawn starts a daemon there if it has none
   TorchWorker torch = torch_worker(assignment_, w.rank);
   torch.master_port = master_port_;
+  torch.restart_count = restarts_;
+  torch.max_restarts = cfg_.max_restarts.value_or(0);
   out_.push_back(command::Spawn{p, w.rank, assignment_.size(), w.started_epoch, std::move(torch)});
 }
 
@@ -234,7 +237,9 @@ void EpochController::daemon_closed(const std::string& host, DaemonEnd how, cons
   std::erase_if(retired_, [&](const auto& r) { return r.first.first == host; });
   daemon_gone_.insert(host);
   if (finished() || how == DaemonEnd::clean) return;
-  if (!cfg_.elastic) {
+  // A fixed job in restart mode restarts on the same hosts (a new daemon), like after any
+  // failure; one that cannot start there ends it.
+  if (!cfg_.elastic && !(cfg_.max_restarts && how == DaemonEnd::lost)) {
     if (how == DaemonEnd::not_started)
       return end(exit_code::kLaunchFailed, fmt::format("starting daemon on '{}': {}", host, why));
     return end(exit_code::kWorkerFailed, fmt::format("lost the daemon on host '{}': {}", host, why));
@@ -249,7 +254,7 @@ void EpochController::end(int code, const std::string& message) {
   if (finished()) return;
   exit_code_ = code;
   if (!message.empty()) say(message);
-  emit("job_finished", {{"status", code}, {"message", message}, {"resets", resets_}});
+  emit("job_finished", {{"status", code}, {"message", message}, {"resets", resets_}, {"restarts", restarts_}});
   elastic_deadline_.reset();
   abandon_deadline_.reset();
   out_.push_back(command::Finish{code, message});

@@ -17,9 +17,14 @@
 // Every epoch that starts workers first has rank 0's daemon reserve a port there (the
 // epoch's MASTER_PORT, torchrun's variable): its spawns wait for the answer.
 //
+// Restart mode (--max-restarts N, ControllerConfig::max_restarts) is for programs that
+// keep no state with libelasticrun, torchrun's scripts: a failure or a change of hosts
+// stops every worker and starts a new generation (an epoch of new workers, new ranks, a
+// new port); failures count against N, changes of hosts do not.
+//
 //   controller.cc           workers: started, joined, exited, lost; daemons; finishing
 //   controller_epochs.cc    membership: failures, host changes, epochs, deadlines
-//   controller_torchrun.cc  torchrun's programs: the epoch's port, error files
+//   controller_torchrun.cc  torchrun's programs: the epoch's port, error files, restart mode
 #pragma once
 
 #include "cmd/torch_env.h"
@@ -61,6 +66,8 @@ struct ControllerConfig {
   // --checkpoint-dir: when every worker holding the job's state is gone, an epoch of new
   // workers restores from the newest durable checkpoint instead of the job failing.
   bool durable = false;
+  // --max-restarts: restart mode, with this many restarts after failures.
+  std::optional<int> max_restarts;
 
   static ControllerConfig of(const Options& o);
 };
@@ -151,6 +158,7 @@ class EpochController {
   bool finished() const { return exit_code_ >= 0; }
   int exit_code() const { return exit_code_; }
   int resets() const { return resets_; }
+  int restarts() const { return restarts_; }  // restart mode: restarts after failures
   const rendezvous::Assignment& assignment() const { return assignment_; }
   // The rank of the process running at the place (a stopping one before its
   // successor), for routing its output.
@@ -215,6 +223,9 @@ class EpochController {
   bool joins_awaited() const;
 
   // controller_torchrun.cc
+  void restart_after(const Place& p, const Failure& why, TimePoint now);
+  void reconcile_generation(TimePoint now);
+  void stop_generation(TimePoint now);
   void reserve_port(const rendezvous::Plan& plan);
   void report_error(const std::string& host, const Worker& w, const msg::Exited& e);
 
@@ -249,9 +260,10 @@ class EpochController {
   int master_port_ = 0;
   // A worker joined the rendezvous: the program uses libelasticrun, so a worker that does
   // not join is late. Until then (a torchrun script) nobody is waited for, except in an
-  // elastic job, which needs the library.
+  // elastic job that recovers in process, which needs the library.
   bool joined_any_ = false;
   int resets_ = 0;
+  int restarts_ = 0;
   int exit_code_ = -1;
 };
 

@@ -48,9 +48,10 @@ bool EpochController::all_finished() const {
 
 // A worker (slot >= 0) or a whole host (slot -1) failed. Outside elastic mode that
 // ends the job; in it, the host is blacklisted, its workers stopped, and a new epoch
-// formed from what is left.
+// formed from what is left. Restart mode has rules of its own (restart_after).
 void EpochController::worker_failed(const Place& p, const Failure& why, TimePoint now) {
   if (finished()) return;
+  if (cfg_.max_restarts) return restart_after(p, why, now);
   std::string who = "a daemon";
   if (p.second >= 0) {
     // Not the place's worker any more (failed or removed already): nothing new.
@@ -96,8 +97,13 @@ void EpochController::blacklist(const std::string& host, const Failure& why, Tim
 // broken for everyone (a collective timed out on a silent peer): start the next one with
 // the members there are, rather than leave them waiting in re-join. Nobody is
 // blacklisted for it.
+//
+// In restart mode nothing is done: whatever made the worker give up ends a process or a
+// wait (it fails), and that restarts the generation.
 void EpochController::epoch_abandoned(const rendezvous::WorkerPlace& p, std::uint64_t epoch, TimePoint now) {
-  if (!worker(p) || !cfg_.elastic || finished() || epoch != assignment_.epoch || abandon_deadline_) return;
+  if (!worker(p) || !cfg_.elastic || cfg_.max_restarts || finished() || epoch != assignment_.epoch ||
+      abandon_deadline_)
+    return;
   abandon_deadline_ = now + cfg_.abandon_grace;
   abandoned_by_ = describe({p.host, p.slot});
   abandoned_epoch_ = epoch;
@@ -110,6 +116,7 @@ void EpochController::remove_worker(const Place& p, TimePoint now) { retire(p, S
 
 void EpochController::reconcile(TimePoint now) {
   if (finished()) return;
+  if (cfg_.max_restarts) return reconcile_generation(now);
   // Once a worker finished its training (exit 0), the job is ending: the rest follow,
   // and no membership change may start new workers that would have no peers.
   if (finishing_) return cfg_.elastic && cannot_complete() ? finish_with_survivors(now) : void();
@@ -253,7 +260,7 @@ void EpochController::join_timeout(TimePoint now) {
   for (const auto& p : not_joined())
     if (workers_.at(p).join_deadline <= now) late.push_back(p);
   if (late.empty()) return;
-  if (!cfg_.elastic) {
+  if (!cfg_.elastic && !cfg_.max_restarts) {
     std::string names;
     for (std::size_t i = 0; i < late.size() && i < 8; ++i)
       names += fmt::format(" {}@{}", workers_.at(late[i]).rank, late[i].first);
@@ -304,7 +311,7 @@ std::optional<TimePoint> EpochController::next_deadline(TimePoint now) const {
 
 // Whether workers that do not join in time are late. A program that never links
 // libelasticrun (a torchrun script) never joins, and runs to its end.
-bool EpochController::joins_awaited() const { return joined_any_ || cfg_.elastic; }
+bool EpochController::joins_awaited() const { return joined_any_ || (cfg_.elastic && !cfg_.max_restarts); }
 
 void EpochController::tick(TimePoint now) {
   for (auto& [p, w] : retired_)

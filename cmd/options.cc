@@ -62,6 +62,7 @@ po::options_description describe() {
       ("elastic-timeout", po::value<double>()->default_value(600.0), "elastic: seconds to wait for --min-np slots before failing")
       ("rendezvous-timeout", po::value<double>()->default_value(60.0), "elastic: seconds a worker has to (re-)join a new epoch")
       ("reset-limit", po::value<int>()->default_value(0), "elastic: fail after this many resets (0: no limit)")
+      ("max-restarts", po::value<std::string>(), "restart mode (programs that keep no state with libelasticrun, such as torchrun scripts): a failed worker or a change of hosts stops every worker and starts them all again; fail after N restarts after failures (changes of hosts do not count)")
       ("run-id", po::value<std::string>(), "the job's id for its workers (TORCHELASTIC_RUN_ID; default: a random one)")
       ("blacklist-cooldown-range", po::value<std::vector<double>>()->multitoken(), "elastic: MIN MAX seconds a failed host stays out (doubling per failure); default: for good")
       ("verbose,v", "same as --log-level info");
@@ -236,8 +237,18 @@ Result<void> parse_checkpoint(const po::variables_map& vm, Options& o) {
   return {};
 }
 
-// torchrun's run id (TORCHELASTIC_RUN_ID).
-Result<void> parse_run_id(const po::variables_map& vm, Options& o) {
+// Restart mode and torchrun's run id.
+Result<void> parse_restarts(const po::variables_map& vm, Options& o) {
+  if (vm.count("max-restarts")) {
+    std::string v = vm["max-restarts"].as<std::string>();
+    int n = -1;
+    auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
+    if (ec != std::errc() || end != v.data() + v.size() || n < 0 || n > 1000000)
+      return fail(fmt::format("--max-restarts '{}': expected a number of restarts, 0 to 1000000", v));
+    if (!vm["reset-limit"].defaulted())
+      return fail("give --max-restarts (restart mode) or --reset-limit (elastic jobs that recover in process), not both");
+    o.max_restarts = n;
+  }
   if (vm.count("run-id")) {
     o.run_id = vm["run-id"].as<std::string>();
     bool ok = !o.run_id.empty() && o.run_id.size() <= 128 &&
@@ -315,7 +326,7 @@ Result<ParseOutcome> parse_options(int argc, const char* const* argv) {
     if (o.np < 1) return fail(fmt::format("-np {}: need at least one process", o.np));
   }
   if (auto ok = parse_elastic(vm, o); !ok) return Failure{ok.error()};
-  if (auto ok = parse_run_id(vm, o); !ok) return Failure{ok.error()};
+  if (auto ok = parse_restarts(vm, o); !ok) return Failure{ok.error()};
   if (auto ok = parse_ssh(vm, o.ssh); !ok) return Failure{ok.error()};
   if (auto ok = parse_daemon(vm, o); !ok) return Failure{ok.error()};
   if (vm.count("hosts") && vm.count("hostfile")) return fail("give -H or --hostfile, not both");

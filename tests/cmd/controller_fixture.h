@@ -102,6 +102,13 @@ inline ControllerConfig fixed(int np) {
   return cfg;
 }
 
+// Restart mode (--max-restarts), in a fixed job.
+inline ControllerConfig restarting(int np, int max_restarts) {
+  ControllerConfig cfg = fixed(np);
+  cfg.max_restarts = max_restarts;
+  return cfg;
+}
+
 inline ControllerConfig elastic(int min_np, int max_np = 0) {
   ControllerConfig cfg;
   cfg.elastic = true;

@@ -67,6 +67,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     if (h.slots < 1 || (h.slots > discovery::kMaxSlotsPerHost && !implicit_local)) violated("host slots out of range");
   }
   if (o.np < 0 || o.min_np < 0 || o.max_np < 0 || o.reset_limit < 0) violated("negative count");
+  if (o.max_restarts && (*o.max_restarts < 0 || o.reset_limit != 0)) violated("bad max-restarts");
   for (char c : o.run_id)
     if (!std::isalnum(static_cast<unsigned char>(c)) && !std::strchr("._:-", c)) violated("bad run id");
   if (o.elastic && o.min_np < 1) violated("elastic without min-np");
