@@ -109,7 +109,8 @@ void Job::note_omp_default(int local_workers) {
 // workers start meanwhile, rather than after the answer.
 void Job::reserve_port(const command::ReservePort& r) {
   if (DaemonLink* d = ensure_daemon(r.host)) d->send(msg::ReservePort{r.epoch});
-  for (const auto& h : r.hosts) ensure_daemon(h);  // one that cannot start is an event of its own
+  for (const auto& h : r.hosts)
+    if (h != r.host) ensure_daemon(h);  // one that cannot start is an event of its own
 }
 
 void Job::signal_worker(const Place& p, int sig) {
