@@ -45,6 +45,7 @@ ControllerConfig ControllerConfig::of(const Options& o) {
   c.reset_limit = o.reset_limit;
   c.cooldown = o.blacklist_cooldown;
   c.durable = !o.checkpoint_dir.empty();
+  c.max_restarts = o.max_restarts;
   return c;
 }
 
@@ -101,6 +102,7 @@ void EpochController::spawn(const rendezvous::WorkerPlace& w) {
   Place p{w.host, w.slot};
   Worker fresh;
   fresh.rank = w.rank;
+  fresh.local_rank = w.local_rank;
   fresh.started_epoch = assignment_.epoch;
   if (auto r = retired_.find(p); r != retired_.end()) {
     ER_LOG(driver, info, "rank {} on host '{}' slot {} starts once the worker stopped there (pid {}) has exited",
@@ -112,9 +114,19 @@ void EpochController::spawn(const rendezvous::WorkerPlace& w) {
   launch(p, workers_[p] = fresh);
 }
 
-void EpochController::launch(const Place& p, const Worker& w) {
+// Starts the worker, once the epoch's port is known.
+void EpochController::launch(const Place& p, Worker& w) {
+  if (port_epoch_ != assignment_.epoch) {
+    w.held = true;
+    return;
+  }
+  w.held = false;
   daemon_gone_.erase(p.first);  // the spawn starts a daemon there if it has none
-  out_.push_back(command::Spawn{p, w.rank, assignment_.size(), w.started_epoch});
+  TorchWorker torch = torch_worker(assignment_, w.rank);
+  torch.master_port = master_port_;
+  torch.restart_count = restarts_;
+  torch.max_restarts = cfg_.max_restarts.value_or(0);
+  out_.push_back(command::Spawn{p, w.rank, assignment_.size(), w.started_epoch, std::move(torch)});
 }
 
 // Takes the place's worker out of the job and signals it. One with a process keeps an
@@ -125,7 +137,7 @@ bool EpochController::retire(const Place& p, int sig, std::optional<TimePoint> k
   if (it == workers_.end()) return false;
   Worker w = std::move(it->second);
   workers_.erase(it);
-  if (w.spawn_pending || w.exited || daemon_gone_.count(p.first)) return false;
+  if (w.spawn_pending || w.held || w.exited || daemon_gone_.count(p.first)) return false;
   out_.push_back(command::Signal{p, sig});
   w.kill_at = kill_at;
   retired_[p] = std::move(w);
@@ -135,7 +147,7 @@ bool EpochController::retire(const Place& p, int sig, std::optional<TimePoint> k
 void EpochController::worker_started(const std::string& host, std::uint32_t slot, int pid) {
   Place p{host, static_cast<int>(slot)};
   Worker* w = retired_.count(p) ? &retired_.at(p) : worker(p);
-  if (!w || w->spawn_pending || w->pid != 0) return;
+  if (!w || w->spawn_pending || w->held || w->pid != 0) return;
   w->pid = pid;
   emit("worker_started",
        {{"host", host}, {"slot", slot}, {"rank", w->rank}, {"pid", pid}, {"epoch", assignment_.epoch}});
@@ -145,6 +157,7 @@ void EpochController::worker_joined(const rendezvous::WorkerPlace& p, std::uint6
   Worker* w = worker(p);
   if (!w) return;
   w->joined_epoch = epoch;
+  joined_any_ = true;
   if (epoch != assignment_.epoch) return;
   for (const auto& r : assignment_.workers) {
     Worker* x = worker(Place{r.host, r.slot});
@@ -173,6 +186,7 @@ void EpochController::worker_silent(const rendezvous::WorkerPlace& p, std::chron
 
 void EpochController::worker_exited(const std::string& host, const msg::Exited& e, TimePoint now) {
   Place p{host, static_cast<int>(e.slot)};
+  bool failure = e.code != 0 || e.signal != 0;
   auto report = [&](const Worker& w, bool removed) {
     out_.push_back(command::CloseOutput{w.rank});
     emit("worker_exited", {{"host", host}, {"slot", e.slot}, {"rank", w.rank}, {"pid", e.pid},
@@ -182,6 +196,8 @@ void EpochController::worker_exited(const std::string& host, const msg::Exited& 
   // the place for a successor that may be waiting.
   if (auto r = retired_.find(p); r != retired_.end() && r->second.pid == static_cast<int>(e.pid)) {
     report(r->second, true);
+    // Failed already (its rendezvous connection closed first): its error file says why.
+    if (r->second.failed && failure) report_error(host, r->second, e);
     retired_.erase(r);
     auto next = workers_.find(p);
     if (finished() || next == workers_.end() || !next->second.spawn_pending) return;
@@ -197,7 +213,11 @@ void EpochController::worker_exited(const std::string& host, const msg::Exited& 
     workers_.erase(it);
     return;
   }
-  if (e.code != 0 || e.signal != 0) return worker_failed(p, {Failure::Kind::exited, describe_exit(e)}, now);
+  if (failure) {
+    Worker was = w;  // failing it may retire it
+    worker_failed(p, {Failure::Kind::exited, describe_exit(e)}, now);
+    return report_error(host, was, e);
+  }
   w.exited_ok = true;
   finishing_ = true;
   if (all_finished()) return end(exit_code::kOk, "");
@@ -217,7 +237,9 @@ void EpochController::daemon_closed(const std::string& host, DaemonEnd how, cons
   std::erase_if(retired_, [&](const auto& r) { return r.first.first == host; });
   daemon_gone_.insert(host);
   if (finished() || how == DaemonEnd::clean) return;
-  if (!cfg_.elastic) {
+  // A fixed job in restart mode restarts on the same hosts (a new daemon), like after any
+  // failure; one that cannot start there ends it.
+  if (!cfg_.elastic && !(cfg_.max_restarts && how == DaemonEnd::lost)) {
     if (how == DaemonEnd::not_started)
       return end(exit_code::kLaunchFailed, fmt::format("starting daemon on '{}': {}", host, why));
     return end(exit_code::kWorkerFailed, fmt::format("lost the daemon on host '{}': {}", host, why));
@@ -232,7 +254,7 @@ void EpochController::end(int code, const std::string& message) {
   if (finished()) return;
   exit_code_ = code;
   if (!message.empty()) say(message);
-  emit("job_finished", {{"status", code}, {"message", message}, {"resets", resets_}});
+  emit("job_finished", {{"status", code}, {"message", message}, {"resets", resets_}, {"restarts", restarts_}});
   elastic_deadline_.reset();
   abandon_deadline_.reset();
   out_.push_back(command::Finish{code, message});

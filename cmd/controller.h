@@ -14,10 +14,20 @@
 // daemon can fail at once); the controller is never re-entered, because commands run
 // only after the event that queued them has returned.
 //
-//   controller.cc         workers: started, joined, exited, lost; daemons; finishing
-//   controller_epochs.cc  membership: failures, host changes, epochs, deadlines
+// Every epoch that starts workers first has rank 0's daemon reserve a port there (the
+// epoch's MASTER_PORT, torchrun's variable): its spawns wait for the answer.
+//
+// Restart mode (--max-restarts N, ControllerConfig::max_restarts) is for programs that
+// keep no state with libelasticrun, torchrun's scripts: a failure or a change of hosts
+// stops every worker and starts a new generation (an epoch of new workers, new ranks, a
+// new port); failures count against N, changes of hosts do not.
+//
+//   controller.cc           workers: started, joined, exited, lost; daemons; finishing
+//   controller_epochs.cc    membership: failures, host changes, epochs, deadlines
+//   controller_torchrun.cc  torchrun's programs: the epoch's port, error files, restart mode
 #pragma once
 
+#include "cmd/torch_env.h"
 #include "common/messages.h"
 #include "discovery/hosts.h"
 #include "rendezvous/assignment.h"
@@ -56,6 +66,8 @@ struct ControllerConfig {
   // --checkpoint-dir: when every worker holding the job's state is gone, an epoch of new
   // workers restores from the newest durable checkpoint instead of the job failing.
   bool durable = false;
+  // --max-restarts: restart mode, with this many restarts after failures.
+  std::optional<int> max_restarts;
 
   static ControllerConfig of(const Options& o);
 };
@@ -66,6 +78,15 @@ struct Spawn {  // start the place's worker (its daemon first, if need be)
   Place place;
   int rank = 0, size = 0;
   std::uint64_t started_epoch = 0;
+  TorchWorker torch;  // its torchrun variables
+};
+// Before the epoch's workers start: rank 0's daemon (on `host`) reserves the epoch's
+// MASTER_PORT; answered by port_reserved(). The daemons of `hosts`, which get workers in
+// the epoch, may be started meanwhile.
+struct ReservePort {
+  std::string host;
+  std::uint64_t epoch = 0;
+  std::vector<std::string> hosts;
 };
 struct Signal {  // signal the process at a place, if its daemon is still there
   Place place;
@@ -95,8 +116,8 @@ struct Finish {  // the job is over: stop everything
 };
 }  // namespace command
 
-using Command = std::variant<command::Spawn, command::Signal, command::StartEpoch, command::AbortEpoch,
-                             command::CloseOutput, command::Say, command::Emit, command::Finish>;
+using Command = std::variant<command::Spawn, command::ReservePort, command::Signal, command::StartEpoch,
+                             command::AbortEpoch, command::CloseOutput, command::Say, command::Emit, command::Finish>;
 
 // How a daemon's connection ended.
 enum class DaemonEnd { clean, lost, not_started };
@@ -121,6 +142,8 @@ class EpochController {
   // From the daemons.
   void worker_exited(const std::string& host, const msg::Exited& e, TimePoint now);
   void spawn_failed(const std::string& host, std::uint32_t slot, const std::string& why);
+  // Rank 0's daemon reserved `port` for `epoch` (0: it could not, for `error`).
+  void port_reserved(const std::string& host, std::uint64_t epoch, int port, const std::string& error);
   void daemon_closed(const std::string& host, DaemonEnd end, const std::string& why, TimePoint now);
   // From anywhere (a signal, a launch failure): the job ends with `code`.
   void finish(int code, const std::string& message);
@@ -135,6 +158,7 @@ class EpochController {
   bool finished() const { return exit_code_ >= 0; }
   int exit_code() const { return exit_code_; }
   int resets() const { return resets_; }
+  int restarts() const { return restarts_; }  // restart mode: restarts after failures
   const rendezvous::Assignment& assignment() const { return assignment_; }
   // The rank of the process running at the place (a stopping one before its
   // successor), for routing its output.
@@ -143,6 +167,7 @@ class EpochController {
  private:
   struct Worker {
     int rank = -1;  // in the current epoch
+    int local_rank = -1;
     int pid = 0;
     std::uint64_t joined_epoch = 0;
     // Until when the driver waits for it to join, from the epoch the wait began in, with
@@ -156,6 +181,8 @@ class EpochController {
     // removed and listed again has a new worker while the old one may still be stopping.
     std::uint64_t started_epoch = 0;
     bool spawn_pending = false;  // waits for the place's previous worker to exit
+    bool held = false;           // waits for the epoch's port
+    bool failed = false;         // retired for its own failure: its error file tells why
     bool exited = false;         // its exit was reported
     bool exited_ok = false;      // finished with status 0
     bool synced = false;         // was a member of an epoch that formed: holds the job's state
@@ -170,7 +197,7 @@ class EpochController {
 
   // controller.cc
   void spawn(const rendezvous::WorkerPlace& w);
-  void launch(const Place& p, const Worker& w);
+  void launch(const Place& p, Worker& w);
   bool retire(const Place& p, int sig, std::optional<TimePoint> kill_at = std::nullopt);
   Worker* worker(const Place& p);
   Worker* worker(const rendezvous::WorkerPlace& p);
@@ -182,6 +209,7 @@ class EpochController {
 
   // controller_epochs.cc
   void worker_failed(const Place& p, const Failure& why, TimePoint now);
+  void blacklist(const std::string& host, const Failure& why, TimePoint now);
   void reconcile(TimePoint now);
   bool cannot_complete() const;
   void finish_with_survivors(TimePoint now);
@@ -192,6 +220,14 @@ class EpochController {
   void wait_for_slots(TimePoint now);
   std::set<Place> alive() const;
   bool all_finished() const;
+  bool joins_awaited() const;
+
+  // controller_torchrun.cc
+  void restart_after(const Place& p, const Failure& why, TimePoint now);
+  void reconcile_generation(TimePoint now);
+  void stop_generation(TimePoint now);
+  void reserve_port(const rendezvous::Plan& plan);
+  void report_error(const std::string& host, const Worker& w, const msg::Exited& e);
 
   ControllerConfig cfg_;
   rendezvous::Membership membership_;
@@ -218,7 +254,16 @@ class EpochController {
   // holds it (or, with --checkpoint-dir, from the newest checkpoint).
   bool state_formed_ = false;
   std::string broken_reason_;
+  // The port reserved for epoch port_epoch_ on its rank 0's host; spawns of an epoch
+  // wait for its port (Worker::held).
+  std::uint64_t port_epoch_ = 0;
+  int master_port_ = 0;
+  // A worker joined the rendezvous: the program uses libelasticrun, so a worker that does
+  // not join is late. Until then (a torchrun script) nobody is waited for, except in an
+  // elastic job that recovers in process, which needs the library.
+  bool joined_any_ = false;
   int resets_ = 0;
+  int restarts_ = 0;
   int exit_code_ = -1;
 };
 

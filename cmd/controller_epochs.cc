@@ -48,9 +48,10 @@ bool EpochController::all_finished() const {
 
 // A worker (slot >= 0) or a whole host (slot -1) failed. Outside elastic mode that
 // ends the job; in it, the host is blacklisted, its workers stopped, and a new epoch
-// formed from what is left.
+// formed from what is left. Restart mode has rules of its own (restart_after).
 void EpochController::worker_failed(const Place& p, const Failure& why, TimePoint now) {
   if (finished()) return;
+  if (cfg_.max_restarts) return restart_after(p, why, now);
   std::string who = "a daemon";
   if (p.second >= 0) {
     // Not the place's worker any more (failed or removed already): nothing new.
@@ -62,6 +63,7 @@ void EpochController::worker_failed(const Place& p, const Failure& why, TimePoin
     }
     who = describe(p);
     say(fmt::format("{} {}; blacklisting host '{}'", who, why.text, p.first));
+    workers_.at(p).failed = true;
     retire(p, SIGKILL);
   } else {
     // A daemon lost after its workers were already failed or removed changes nothing.
@@ -70,12 +72,7 @@ void EpochController::worker_failed(const Place& p, const Failure& why, TimePoin
     if (!live) return;
     say(fmt::format("host '{}' {}; blacklisting it", p.first, why.text));
   }
-  auto cooldown = membership_.blacklist(p.first, now);
-  cooldown_end_ = membership_.next_expiry(now);
-  static constexpr const char* kCause[] = {"exited", "connection_lost", "join_timeout", "daemon_lost",
-                                           "worker_timeout"};
-  emit("host_blacklisted", {{"host", p.first}, {"reason", why.text}, {"cause", kCause[static_cast<int>(why.kind)]},
-                            {"cooldown_s", cooldown ? cooldown->count() / 1000.0 : -1.0}});
+  blacklist(p.first, why, now);
   std::vector<Place> rest;
   for (const auto& [q, w] : workers_)
     if (q.first == p.first && !w.exited_ok) rest.push_back(q);
@@ -85,14 +82,28 @@ void EpochController::worker_failed(const Place& p, const Failure& why, TimePoin
   reconcile(now);
 }
 
+void EpochController::blacklist(const std::string& host, const Failure& why, TimePoint now) {
+  auto cooldown = membership_.blacklist(host, now);
+  cooldown_end_ = membership_.next_expiry(now);
+  static constexpr const char* kCause[] = {"exited", "connection_lost", "join_timeout", "daemon_lost",
+                                           "worker_timeout"};
+  emit("host_blacklisted", {{"host", host}, {"reason", why.text}, {"cause", kCause[static_cast<int>(why.kind)]},
+                            {"cooldown_s", cooldown ? cooldown->count() / 1000.0 : -1.0}});
+}
+
 // A worker gave up on the current epoch before the driver saw any failure. Usually what
 // it saw (a peer's death) reaches the driver within moments as an exit or a lost daemon,
 // and that starts the next epoch. If nothing does within abandon_grace, the epoch is
 // broken for everyone (a collective timed out on a silent peer): start the next one with
 // the members there are, rather than leave them waiting in re-join. Nobody is
 // blacklisted for it.
+//
+// In restart mode nothing is done: whatever made the worker give up ends a process or a
+// wait (it fails), and that restarts the generation.
 void EpochController::epoch_abandoned(const rendezvous::WorkerPlace& p, std::uint64_t epoch, TimePoint now) {
-  if (!worker(p) || !cfg_.elastic || finished() || epoch != assignment_.epoch || abandon_deadline_) return;
+  if (!worker(p) || !cfg_.elastic || cfg_.max_restarts || finished() || epoch != assignment_.epoch ||
+      abandon_deadline_)
+    return;
   abandon_deadline_ = now + cfg_.abandon_grace;
   abandoned_by_ = describe({p.host, p.slot});
   abandoned_epoch_ = epoch;
@@ -105,6 +116,7 @@ void EpochController::remove_worker(const Place& p, TimePoint now) { retire(p, S
 
 void EpochController::reconcile(TimePoint now) {
   if (finished()) return;
+  if (cfg_.max_restarts) return reconcile_generation(now);
   // Once a worker finished its training (exit 0), the job is ending: the rest follow,
   // and no membership change may start new workers that would have no peers.
   if (finishing_) return cfg_.elastic && cannot_complete() ? finish_with_survivors(now) : void();
@@ -199,7 +211,7 @@ void EpochController::begin_epoch(rendezvous::Plan plan, msg::NotifyKind kind, c
   // Workers kept keep their process; the rest are started for this epoch.
   for (auto& w : assignment_.workers) {
     auto it = workers_.find({w.host, w.slot});
-    if (it != workers_.end()) it->second.rank = w.rank;
+    if (it != workers_.end()) it->second.rank = w.rank, it->second.local_rank = w.local_rank;
     w.started_epoch = it != workers_.end() ? it->second.started_epoch : assignment_.epoch;
   }
   out_.push_back(command::StartEpoch{assignment_, kind, reason});
@@ -212,6 +224,7 @@ void EpochController::begin_epoch(rendezvous::Plan plan, msg::NotifyKind kind, c
                          {"assignment", places}});
   ER_LOG(driver, info, "epoch {}: {} workers ({} new, {} kept, {} removed)", assignment_.epoch, assignment_.size(),
          plan.spawn.size(), plan.keep.size(), plan.remove.size());
+  reserve_port(plan);
   for (const auto& w : plan.spawn) spawn(w);
   // A worker that joined the previous epoch, or is new, gets a whole join timeout (a new
   // one --start-timeout); one that missed the previous epoch too keeps its deadline.
@@ -247,7 +260,7 @@ void EpochController::join_timeout(TimePoint now) {
   for (const auto& p : not_joined())
     if (workers_.at(p).join_deadline <= now) late.push_back(p);
   if (late.empty()) return;
-  if (!cfg_.elastic) {
+  if (!cfg_.elastic && !cfg_.max_restarts) {
     std::string names;
     for (std::size_t i = 0; i < late.size() && i < 8; ++i)
       names += fmt::format(" {}@{}", workers_.at(late[i]).rank, late[i].first);
@@ -291,9 +304,14 @@ std::optional<TimePoint> EpochController::next_deadline(TimePoint now) const {
   consider(elastic_deadline_);
   // One past the cool-down's end: at its end the host is still blacklisted.
   if (cooldown_end_) consider(std::max(*cooldown_end_ + std::chrono::milliseconds(1), now));
-  for (const auto& p : not_joined()) consider(workers_.at(p).join_deadline);
+  if (joins_awaited())
+    for (const auto& p : not_joined()) consider(workers_.at(p).join_deadline);
   return first;
 }
+
+// Whether workers that do not join in time are late. A program that never links
+// libelasticrun (a torchrun script) never joins, and runs to its end.
+bool EpochController::joins_awaited() const { return joined_any_ || (cfg_.elastic && !cfg_.max_restarts); }
 
 void EpochController::tick(TimePoint now) {
   for (auto& [p, w] : retired_)
@@ -313,7 +331,7 @@ void EpochController::tick(TimePoint now) {
       reconcile(now);
     }
   }
-  if (!finished()) join_timeout(now);
+  if (!finished() && joins_awaited()) join_timeout(now);
   if (!finished() && elastic_deadline_ && *elastic_deadline_ <= now) {
     int want = cfg_.elastic ? cfg_.min_np : cfg_.np;
     end(exit_code::kTimeout, fmt::format("fewer than {} slots available for {:.0f} s (--elastic-timeout); {} now",

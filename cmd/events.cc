@@ -19,7 +19,8 @@ void EventLog::emit(const std::string& event, nlohmann::json fields) {
   double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
   nlohmann::json line = {{"t", std::round(t * 1e6) / 1e6}, {"event", event}};
   line.update(fields);
-  std::string s = line.dump() + "\n";
+  // Text from workers (an error file) may hold bytes that are not UTF-8: replaced, not thrown on.
+  std::string s = line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
   std::fwrite(s.data(), 1, s.size(), file_);
   std::fflush(file_);  // readers (tests, scripts) follow the file live
 }

@@ -25,7 +25,13 @@ namespace asio = boost::asio;
 Job::Job(Options opts)
     : opts_(std::move(opts)), secret_(auth::random_secret()), controller_(ControllerConfig::of(opts_)),
       output_(opts_.output_dir), signals_(io_, SIGINT, SIGTERM, SIGHUP), controller_timer_(io_), stop_timer_(io_),
-      heartbeat_timer_(io_) {}
+      heartbeat_timer_(io_) {
+  run_id_ = opts_.run_id;
+  if (run_id_.empty()) {
+    auto r = auth::random_secret();
+    run_id_ = auth::to_hex(std::span(r).first(8));
+  }
+}
 
 Job::~Job() = default;
 
@@ -101,7 +107,7 @@ Result<void> Job::start() {
     return fail(std::string("cannot start the rendezvous server: ") + e.what());
   }
   rendezvous_addr_ = fmt::format("127.0.0.1:{}", server_->port());
-  ER_LOG(driver, info, "rendezvous server on {}", rendezvous_addr_);
+  ER_LOG(driver, info, "rendezvous server on {}; run id {}", rendezvous_addr_, run_id_);
   start_hosts();
   return {};
 }
@@ -145,6 +151,9 @@ DaemonEvents Job::daemon_events() {
   };
   ev.on_spawn_failed = [this](const std::string& host, const msg::SpawnFailed& f) {
     feed([host, f](EpochController& c, TimePoint) { c.spawn_failed(host, f.slot, f.message); });
+  };
+  ev.on_port_reserved = [this](const std::string& host, const msg::PortReserved& r) {
+    feed([host, r](EpochController& c, TimePoint) { c.port_reserved(host, r.epoch, static_cast<int>(r.port), r.error); });
   };
   ev.on_closed = [this](const std::string& host, bool clean, const std::string& why) {
     on_daemon_closed(host, clean, why);

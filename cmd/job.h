@@ -63,6 +63,8 @@ class Job {
   void end_job(int code, std::string message);
   void carry_out(const Command& c);
   void spawn(const command::Spawn& s);
+  void reserve_port(const command::ReservePort& r);
+  void note_omp_default(int local_workers);
   void signal_worker(const Place& p, int sig);
   void arm_controller_timer();
 
@@ -71,6 +73,8 @@ class Job {
   auth::Secret secret_;
   std::optional<auth::Secret> cluster_secret_;  // with --daemon-port
   std::string daemon_path_, rendezvous_addr_, cwd_;
+  std::string run_id_;  // TORCHELASTIC_RUN_ID
+  bool omp_noted_ = false;
   std::unique_ptr<rendezvous::Server> server_;
   EpochController controller_;
   std::unique_ptr<discovery::HostWatcher> watcher_;

@@ -7,6 +7,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cstdlib>
+
 namespace elasticrun::cmd {
 
 // Delivers `event` now, unless commands are being carried out: then it waits until they
@@ -50,6 +53,8 @@ void Job::carry_out(const Command& c) {
         using T = std::decay_t<decltype(x)>;
         if constexpr (std::is_same_v<T, command::Spawn>) {
           spawn(x);
+        } else if constexpr (std::is_same_v<T, command::ReservePort>) {
+          reserve_port(x);
         } else if constexpr (std::is_same_v<T, command::Signal>) {
           signal_worker(x.place, x.signal);
         } else if constexpr (std::is_same_v<T, command::StartEpoch>) {
@@ -71,15 +76,41 @@ void Job::carry_out(const Command& c) {
 }
 
 // Starts the place's worker through its host's daemon (started first if need be; one
-// that cannot start is reported as an event of its own).
+// that cannot start is reported as an event of its own). Its environment: torchrun's
+// variables, then the forwarded ones and -x (which win), then ours.
 void Job::spawn(const command::Spawn& s) {
   DaemonLink* d = ensure_daemon(s.place.first);
   if (!d) return;
-  auto env = opts_.env;
+  auto env = torch_env(s.torch, run_id_);
+  env.insert(env.end(), opts_.env.begin(), opts_.env.end());
   auto rejoin = opts_.elastic_timeout + opts_.rendezvous_timeout;
   env.push_back(fmt::format("{}={:.3f}", env::kRejoinTimeout, rejoin.count() / 1000.0));
   env.push_back(fmt::format("{}={:.3f}", env::kHostTimeout, opts_.host_timeout.count() / 1000.0));
-  d->send(msg::Spawn{static_cast<std::uint32_t>(s.place.second), s.started_epoch, s.rank, s.size, opts_.command, env});
+  note_omp_default(s.torch.local_world_size);
+  d->send(msg::Spawn{static_cast<std::uint32_t>(s.place.second), s.started_epoch, s.rank, s.size, opts_.command, env,
+                     s.torch.local_world_size});
+}
+
+// Once per job, as torchrun does: where OMP_NUM_THREADS is not set, a host's workers
+// share its cores (the daemon sets it); said when that is fewer threads than OpenMP's
+// own default, one per core.
+void Job::note_omp_default(int local_workers) {
+  if (omp_noted_ || local_workers <= 1) return;
+  omp_noted_ = true;
+  std::string name = std::string(env::kOmpNumThreads) + "=";
+  bool given = std::getenv(env::kOmpNumThreads) ||
+               std::any_of(opts_.env.begin(), opts_.env.end(), [&](const std::string& kv) { return kv.starts_with(name); });
+  if (!given)
+    fmt::print(stderr, "elasticrun: OMP_NUM_THREADS is not set: each worker gets its host's cores divided by its "
+                       "workers on that host (at least 1); set it with -x OMP_NUM_THREADS=N\n");
+}
+
+// Rank 0's daemon reserves the epoch's port; the daemons of the other hosts that get
+// workers start meanwhile, rather than after the answer.
+void Job::reserve_port(const command::ReservePort& r) {
+  if (DaemonLink* d = ensure_daemon(r.host)) d->send(msg::ReservePort{r.epoch});
+  for (const auto& h : r.hosts)
+    if (h != r.host) ensure_daemon(h);  // one that cannot start is an event of its own
 }
 
 void Job::signal_worker(const Place& p, int sig) {

@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <cstdlib>
 #include <cstring>
@@ -61,6 +62,8 @@ po::options_description describe() {
       ("elastic-timeout", po::value<double>()->default_value(600.0), "elastic: seconds to wait for --min-np slots before failing")
       ("rendezvous-timeout", po::value<double>()->default_value(60.0), "elastic: seconds a worker has to (re-)join a new epoch")
       ("reset-limit", po::value<int>()->default_value(0), "elastic: fail after this many resets (0: no limit)")
+      ("max-restarts", po::value<std::string>(), "restart mode (programs that keep no state with libelasticrun, such as torchrun scripts): a failed worker or a change of hosts stops every worker and starts them all again; fail after N restarts after failures (changes of hosts do not count)")
+      ("run-id", po::value<std::string>(), "the job's id for its workers (TORCHELASTIC_RUN_ID; default: a random one)")
       ("blacklist-cooldown-range", po::value<std::vector<double>>()->multitoken(), "elastic: MIN MAX seconds a failed host stays out (doubling per failure); default: for good")
       ("verbose,v", "same as --log-level info");
   return d;
@@ -234,6 +237,28 @@ Result<void> parse_checkpoint(const po::variables_map& vm, Options& o) {
   return {};
 }
 
+// Restart mode and torchrun's run id.
+Result<void> parse_restarts(const po::variables_map& vm, Options& o) {
+  if (vm.count("max-restarts")) {
+    std::string v = vm["max-restarts"].as<std::string>();
+    int n = -1;
+    auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
+    if (ec != std::errc() || end != v.data() + v.size() || n < 0 || n > 1000000)
+      return fail(fmt::format("--max-restarts '{}': expected a number of restarts, 0 to 1000000", v));
+    if (!vm["reset-limit"].defaulted())
+      return fail("give --max-restarts (restart mode) or --reset-limit (elastic jobs that recover in process), not both");
+    o.max_restarts = n;
+  }
+  if (vm.count("run-id")) {
+    o.run_id = vm["run-id"].as<std::string>();
+    bool ok = !o.run_id.empty() && o.run_id.size() <= 128 &&
+              std::all_of(o.run_id.begin(), o.run_id.end(),
+                          [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || std::strchr("._:-", c); });
+    if (!ok) return fail(fmt::format("--run-id '{}': expected 1 to 128 letters, digits, '.', '_', ':' or '-'", o.run_id));
+  }
+  return {};
+}
+
 // An inherited descriptor, checked now so that a wrong one is a usage error with its
 // reason rather than a job whose reports go nowhere.
 Result<void> parse_report_fd(const po::variables_map& vm, Options& o) {
@@ -301,6 +326,7 @@ Result<ParseOutcome> parse_options(int argc, const char* const* argv) {
     if (o.np < 1) return fail(fmt::format("-np {}: need at least one process", o.np));
   }
   if (auto ok = parse_elastic(vm, o); !ok) return Failure{ok.error()};
+  if (auto ok = parse_restarts(vm, o); !ok) return Failure{ok.error()};
   if (auto ok = parse_ssh(vm, o.ssh); !ok) return Failure{ok.error()};
   if (auto ok = parse_daemon(vm, o); !ok) return Failure{ok.error()};
   if (vm.count("hosts") && vm.count("hostfile")) return fail("give -H or --hostfile, not both");

@@ -44,6 +44,11 @@ struct Options {
   std::chrono::milliseconds elastic_timeout{600000};
   std::chrono::milliseconds rendezvous_timeout{60000};
   int reset_limit = 0;  // 0: unlimited
+  // Restart mode (--max-restarts): a failure or a change of hosts restarts every worker;
+  // this many restarts after failures. nullopt: elastic jobs recover in process.
+  std::optional<int> max_restarts;
+  // torchrun's TORCHELASTIC_RUN_ID (--run-id); empty: the driver makes one up.
+  std::string run_id;
   std::optional<std::pair<std::chrono::milliseconds, std::chrono::milliseconds>> blacklist_cooldown;
   std::string events_file;
   // --report-fd: a connected stream socket on which each report is asked about

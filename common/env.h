@@ -48,6 +48,29 @@ inline constexpr const char* kTrialConfig = "ELASTICRUN_TRIAL_CONFIG";
 inline constexpr const char* kTrialId = "ELASTICRUN_TRIAL_ID";
 inline constexpr const char* kTrialDir = "ELASTICRUN_TRIAL_DIR";
 
+// torchrun's variables (torch.distributed.run), so that a program written for torchrun
+// runs unchanged: the driver sets these for every worker (cmd/torch_env.h), from the
+// epoch's assignment; -x wins over each.
+inline constexpr const char* kTorchRank = "RANK";
+inline constexpr const char* kTorchLocalRank = "LOCAL_RANK";
+inline constexpr const char* kTorchWorldSize = "WORLD_SIZE";
+inline constexpr const char* kTorchLocalWorldSize = "LOCAL_WORLD_SIZE";
+inline constexpr const char* kTorchGroupRank = "GROUP_RANK";        // the host's index in the assignment
+inline constexpr const char* kTorchGroupWorldSize = "GROUP_WORLD_SIZE";  // hosts in the assignment
+inline constexpr const char* kTorchRoleRank = "ROLE_RANK";
+inline constexpr const char* kTorchRoleWorldSize = "ROLE_WORLD_SIZE";
+inline constexpr const char* kTorchRoleName = "ROLE_NAME";
+inline constexpr const char* kTorchMasterAddr = "MASTER_ADDR";  // rank 0's host, as the driver names it
+inline constexpr const char* kTorchMasterPort = "MASTER_PORT";  // reserved there for the epoch
+inline constexpr const char* kTorchRestartCount = "TORCHELASTIC_RESTART_COUNT";
+inline constexpr const char* kTorchMaxRestarts = "TORCHELASTIC_MAX_RESTARTS";
+inline constexpr const char* kTorchRunId = "TORCHELASTIC_RUN_ID";
+inline constexpr const char* kTorchNcclAsyncErrors = "NCCL_ASYNC_ERROR_HANDLING";
+// Set by elasticrund: a file of the worker's own, where torch's @record writes the
+// exception that ended it (daemon/error_files.h); and, unless set, OMP_NUM_THREADS.
+inline constexpr const char* kTorchErrorFile = "TORCHELASTIC_ERROR_FILE";
+inline constexpr const char* kOmpNumThreads = "OMP_NUM_THREADS";
+
 // Read by every program (common/log.cc): "warn", or "info,rendezvous=debug".
 inline constexpr const char* kLogLevel = "ELASTICRUN_LOG_LEVEL";
 // Read by elasticrun: the port of the elasticrund --listen on every host (--daemon-port).
@@ -61,9 +84,10 @@ inline constexpr const char* kSshConfig = "ELASTICRUN_SSH_CONFIG";
 
 // What elasticrun passes from its own environment to every worker on every host
 // (local workers inherit the rest too; remote ones get only this and -x): the
-// library's settings above, and the transports' (names starting UCX_ or NCCL_), so
-// that a job is tuned the same everywhere. -x VAR=VALUE overrides.
-inline constexpr const char* kForwarded[] = {kAlgorithm, kProgress, kCollectiveTimeout, kLogLevel, kNcclShrink};
+// library's settings above, OMP_NUM_THREADS, and the transports' (names starting UCX_
+// or NCCL_), so that a job is tuned the same everywhere. -x VAR=VALUE overrides.
+inline constexpr const char* kForwarded[] = {kAlgorithm, kProgress, kCollectiveTimeout, kLogLevel, kNcclShrink,
+                                             kOmpNumThreads};
 inline constexpr const char* kForwardedPrefixes[] = {"UCX_", "NCCL_"};
 
 }  // namespace elasticrun::env

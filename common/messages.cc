@@ -37,6 +37,16 @@ CheckpointNote CheckpointNote::decode(wire::Decoder& d) {
   return n;
 }
 
+PortReserved PortReserved::decode(wire::Decoder& d) {
+  PortReserved r;
+  r.epoch = d.u64();
+  r.port = d.u32();
+  r.error = d.str();
+  if (r.port > 65535) throw wire::DecodeError(fmt::format("port {} out of range", r.port));
+  if ((r.port == 0) == r.error.empty()) throw wire::DecodeError("a port reservation has a port or an error, one of them");
+  return r;
+}
+
 const char* type_name(std::uint8_t type) {
   switch (type) {
     case kHello: return "hello";
@@ -66,6 +76,8 @@ const char* type_name(std::uint8_t type) {
     case kExited: return "exited";
     case kSpawnFailed: return "spawn-failed";
     case kHeartbeat: return "heartbeat";
+    case kReservePort: return "reserve-port";
+    case kPortReserved: return "port-reserved";
     default: return "unknown";
   }
 }

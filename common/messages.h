@@ -20,6 +20,7 @@ enum Type : std::uint8_t {
   kCheckpointNote = 28,
   // driver <-> daemon
   kConfig = 30, kSpawn, kKill, kShutdown, kReady, kStarted, kOutput, kExited, kSpawnFailed, kHeartbeat,
+  kReservePort, kPortReserved,
 };
 
 struct Hello {
@@ -188,8 +189,9 @@ struct CheckpointNote {
 // The version of the driver-daemon protocol (Config, Spawn, ... Heartbeat). Ready and
 // Config carry it, so that an elasticrun and an elasticrund of different versions refuse
 // each other by name rather than as a malformed frame. 1: before it was sent (it ended
-// both messages there); 2: heartbeats both ways.
-inline constexpr std::uint32_t kControlProtocol = 2;
+// both messages there); 2: heartbeats both ways; 3: torchrun's environment (Spawn's
+// local_size, Exited's error file, ReservePort and PortReserved).
+inline constexpr std::uint32_t kControlProtocol = 3;
 
 // The protocol field has one encoding per version, so that one frame reads one way only
 // (both messages are authenticated, and a receiver must not see what the sender did not
@@ -237,11 +239,17 @@ struct Spawn {
   std::uint64_t epoch = 0;
   std::int32_t rank = 0, size = 0;
   std::vector<std::string> argv, env;  // env entries are KEY=VALUE
-  void encode(wire::Encoder& e) const { e.u32(slot).u64(epoch).i32(rank).i32(size).strings(argv).strings(env); }
+  // How many workers of this epoch run on the host (torchrun's LOCAL_WORLD_SIZE): the
+  // daemon divides the host's cores by it for the default OMP_NUM_THREADS.
+  std::int32_t local_size = 1;
+  void encode(wire::Encoder& e) const {
+    e.u32(slot).u64(epoch).i32(rank).i32(size).strings(argv).strings(env).i32(local_size);
+  }
   static Spawn decode(wire::Decoder& d) {
     Spawn s;
     s.slot = d.u32(), s.epoch = d.u64(), s.rank = d.i32(), s.size = d.i32();
     s.argv = d.strings(), s.env = d.strings();
+    s.local_size = d.i32();
     return s;
   }
 };
@@ -288,13 +296,25 @@ struct Output {
   void encode(wire::Encoder& e) const { e.u32(slot).u8(stream).bytes(data); }
   static Output decode(wire::Decoder& d) { return {d.u32(), d.u8(), d.bytes()}; }
 };
+// A worker's end. `error_file` is what it wrote to its TORCHELASTIC_ERROR_FILE (torch's
+// @record: JSON with the exception and traceback), when it failed and the file held at
+// most kMaxErrorFile bytes; `error_file_size` is the file's size (0: none), so that a
+// larger one is reported without being sent.
 struct Exited {
   static constexpr Type kType = kExited;
   std::uint32_t slot = 0, pid = 0;
   std::int32_t code = 0, signal = 0;  // signal != 0: killed by it
-  void encode(wire::Encoder& e) const { e.u32(slot).u32(pid).i32(code).i32(signal); }
-  static Exited decode(wire::Decoder& d) { return {d.u32(), d.u32(), d.i32(), d.i32()}; }
+  std::string error_file;
+  std::uint64_t error_file_size = 0;
+  void encode(wire::Encoder& e) const { e.u32(slot).u32(pid).i32(code).i32(signal).str(error_file).u64(error_file_size); }
+  static Exited decode(wire::Decoder& d) {
+    Exited x{d.u32(), d.u32(), d.i32(), d.i32()};
+    x.error_file = d.str();
+    x.error_file_size = d.u64();
+    return x;
+  }
 };
+inline constexpr std::size_t kMaxErrorFile = 64 * 1024;
 struct SpawnFailed {
   static constexpr Type kType = kSpawnFailed;
   std::uint32_t slot = 0;
@@ -315,6 +335,26 @@ struct Heartbeat {
   static Heartbeat decode(wire::Decoder&) { return {}; }
 };
 inline constexpr std::chrono::seconds kConfigTimeout{30};
+
+// Driver to the daemon of rank 0's host, before the workers of `epoch` start: reserve a
+// TCP port free on this host for the epoch's MASTER_PORT. The daemon binds one (port 0,
+// SO_REUSEADDR, not listening, so that nothing else is given it while torch's TCPStore
+// of rank 0 can still listen on it), keeps it bound until the next reservation or its
+// end, and answers with PortReserved: the port, or why there is none (port 0).
+struct ReservePort {
+  static constexpr Type kType = kReservePort;
+  std::uint64_t epoch = 0;
+  void encode(wire::Encoder& e) const { e.u64(epoch); }
+  static ReservePort decode(wire::Decoder& d) { return {d.u64()}; }
+};
+struct PortReserved {
+  static constexpr Type kType = kPortReserved;
+  std::uint64_t epoch = 0;
+  std::uint32_t port = 0;
+  std::string error;
+  void encode(wire::Encoder& e) const { e.u64(epoch).u32(port).str(error); }
+  static PortReserved decode(wire::Decoder& d);
+};
 // The accepted range of Config's two settings.
 inline constexpr std::uint32_t kMinHeartbeatMs = 50, kMaxHostTimeoutMs = 86400u * 1000u;
 

@@ -39,6 +39,10 @@ std::string path(pid_t daemon, std::uint32_t slot, std::uint64_t n) {
          std::to_string(n);
 }
 
+std::string errors_path(pid_t daemon) {
+  return std::string(kRoot) + "/" + std::string(kPrefix) + std::to_string(daemon) + ".errors";
+}
+
 void remove_all_of(pid_t daemon) {
   remove_if([daemon](pid_t p) { return p == daemon; });
 }

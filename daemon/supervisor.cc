@@ -8,6 +8,7 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <sched.h>
 #include <unistd.h>
 
 #include <csignal>
@@ -23,7 +24,8 @@ namespace asio = boost::asio;
 Supervisor::Supervisor(asio::io_context& io, int in_fd, int out_fd, std::function<void(int)> on_done,
                        SupervisorOptions options)
     : io_(io), stream_(io, in_fd, out_fd, *this),
-      on_done_(std::move(on_done)), options_(std::move(options)), kill_timer_(io), watchdog_(io), beat_timer_(io) {
+      on_done_(std::move(on_done)), options_(std::move(options)), kill_timer_(io), watchdog_(io), beat_timer_(io),
+      error_files_(shm_dirs::errors_path(::getpid())) {
   if (!options_.state_dir.empty()) record_ = std::make_unique<JobRecord>(options_.state_dir);
   WorkerEvents ev;
   ev.on_output = [this](std::uint32_t slot, int stream, std::span<const std::uint8_t> data) {
@@ -33,7 +35,14 @@ Supervisor::Supervisor(asio::io_context& io, int in_fd, int out_fd, std::functio
     remove_shm_dir(slot);
     if (record_) record_->remove(pid);
     ER_LOG(daemon, debug, "slot {} (pid {}) exited: code {} signal {}", slot, pid, code, sig);
-    send(msg::Exited{slot, static_cast<std::uint32_t>(pid), code, sig});
+    msg::Exited e{slot, static_cast<std::uint32_t>(pid), code, sig};
+    if (auto it = error_file_of_.find(pid); it != error_file_of_.end()) {
+      auto contents = ErrorFiles::take(it->second, msg::kMaxErrorFile);
+      error_file_of_.erase(it);
+      // A worker that succeeded has nothing to report, whatever it left there.
+      if (code != 0 || sig != 0) e.error_file = std::move(contents.text), e.error_file_size = contents.size;
+    }
+    send(e);
     finish_if_idle();
   };
   launcher_ = make_process_launcher(io, std::move(ev));
@@ -157,6 +166,7 @@ void Supervisor::handle(const Frame& f) {
       return;
     }
     case msg::kHeartbeat: msg::parse<msg::Heartbeat>(f); return;  // any frame re-arms the watchdog
+    case msg::kReservePort: return on_reserve_port(msg::parse<msg::ReservePort>(f));
     case msg::kShutdown: {
       auto s = msg::parse<msg::Shutdown>(f);
       stop(std::chrono::milliseconds(std::min<std::uint32_t>(s.grace_ms, 60000)), 0);
@@ -166,18 +176,33 @@ void Supervisor::handle(const Frame& f) {
   }
 }
 
-void Supervisor::on_spawn(const msg::Spawn& s) {
-  if (stopping_) return;
-  WorkerSpec spec;
-  spec.slot = s.slot;
-  spec.argv = s.argv;
-  spec.cwd = config_->cwd;
-  for (char** e = environ; *e; ++e) spec.env.emplace_back(*e);
-  for (const auto& kv : s.env) spec.env.push_back(kv);
-  auto set = [&](const char* k, const std::string& v) { spec.env.push_back(std::string(k) + "=" + v); };
+namespace {
+
+// The cores this daemon may run on (its affinity mask: a cpuset or taskset counts).
+int usable_cores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (::sched_getaffinity(0, sizeof set, &set) == 0) return std::max(1, CPU_COUNT(&set));
+  return std::max(1L, ::sysconf(_SC_NPROCESSORS_ONLN));
+}
+
+}  // namespace
+
+// The worker's whole environment; for each name the last entry wins. In order: the
+// default OMP_NUM_THREADS (the host's cores shared among its workers of the epoch, so
+// that they do not oversubscribe it; any setting of it wins), this daemon's
+// environment, the error file, the driver's entries (torchrun's variables, then the
+// forwarded ones and -x), and ours.
+std::vector<std::string> Supervisor::worker_env(const msg::Spawn& s, const std::string& error_file) const {
+  std::vector<std::string> out;
+  out.push_back(fmt::format("{}={}", env::kOmpNumThreads, std::max(1, usable_cores() / std::max(1, s.local_size))));
   // UCX warns about messages still in flight when an epoch is torn down after an abort;
   // that is expected here, so workers log UCX errors only unless the user says otherwise.
-  if (!std::getenv("UCX_LOG_LEVEL")) spec.env.insert(spec.env.begin(), "UCX_LOG_LEVEL=error");
+  out.push_back("UCX_LOG_LEVEL=error");
+  for (char** e = environ; *e; ++e) out.emplace_back(*e);
+  if (!error_file.empty()) out.push_back(std::string(env::kTorchErrorFile) + "=" + error_file);
+  for (const auto& kv : s.env) out.push_back(kv);
+  auto set = [&](const char* k, const std::string& v) { out.push_back(std::string(k) + "=" + v); };
   set(env::kRendezvousAddr, config_->rendezvous_addr);
   set(env::kSecret, auth::to_hex(config_->secret));
   set(env::kHost, config_->host);
@@ -188,20 +213,46 @@ void Supervisor::on_spawn(const msg::Spawn& s) {
   // A GPU per slot (stable across epochs, unlike local_rank), unless the user chose.
   if (auto device = worker_device_hint(static_cast<int>(s.slot), s.env))
     set(env::kDeviceHint, std::to_string(*device));
-  // Later entries win: dedupe keeping the last occurrence of each key.
   std::map<std::string, std::string> merged;
-  for (const auto& kv : spec.env)
-    if (auto eq = kv.find('='); eq != std::string::npos) merged[kv.substr(0, eq)] = kv;
-  spec.env.clear();
-  for (auto& [k, kv] : merged) spec.env.push_back(std::move(kv));
+  for (auto& kv : out)
+    if (auto eq = kv.find('='); eq != std::string::npos) merged[kv.substr(0, eq)] = std::move(kv);
+  out.clear();
+  for (auto& [k, kv] : merged) out.push_back(std::move(kv));
+  return out;
+}
+
+void Supervisor::on_spawn(const msg::Spawn& s) {
+  if (stopping_) return;
+  WorkerSpec spec;
+  spec.slot = s.slot;
+  spec.argv = s.argv;
+  spec.cwd = config_->cwd;
+  std::string error_file = error_files_.next_path(s.slot);
+  spec.env = worker_env(s, error_file);
+  // The file is ours to read and remove only if the worker got our path (-x may name another).
+  std::string given = std::string(env::kTorchErrorFile) + "=" + error_file;
+  bool ours = !error_file.empty() && std::find(spec.env.begin(), spec.env.end(), given) != spec.env.end();
   if (auto dir = make_shm_dir(s.slot); !dir.empty()) spec.env.push_back("UCX_POSIX_DIR=" + dir);
   auto pid = launcher_->spawn(spec);
   if (!pid) {
     send(msg::SpawnFailed{s.slot, pid.error()});
     return;
   }
+  if (ours) error_file_of_[*pid] = error_file;
   if (record_) record_->add(*pid);
   send(msg::Started{s.slot, static_cast<std::uint32_t>(*pid)});
+}
+
+// A new port for the epoch's MASTER_PORT; the one held for the epoch before is let go.
+void Supervisor::on_reserve_port(const msg::ReservePort& r) {
+  auto port = port_.renew();
+  if (!port) {
+    ER_LOG(daemon, error, "cannot reserve a port for epoch {}: {}", r.epoch, port.error());
+    send(msg::PortReserved{r.epoch, 0, port.error()});
+    return;
+  }
+  ER_LOG(daemon, debug, "reserved port {} for epoch {}", *port, r.epoch);
+  send(msg::PortReserved{r.epoch, *port, ""});
 }
 
 void Supervisor::stop(std::chrono::milliseconds grace, int exit_code) {

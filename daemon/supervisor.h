@@ -1,5 +1,7 @@
 // The daemon's side of one job: reads control frames from the driver, spawns and
-// kills workers through a Launcher, and reports their output and exits.
+// kills workers through a Launcher, and reports their output and exits (with what a
+// failed worker wrote to its error file). It also holds the port of the epoch's
+// MASTER_PORT when the driver asks (port_reservation.h).
 //
 // When the control channel closes (driver gone, SSH dropped), the driver falls silent
 // for the job's host timeout (a cut link), or shutdown arrives, every worker gets
@@ -11,8 +13,10 @@
 #include "common/auth.h"
 #include "common/framed_stream.h"
 #include "common/messages.h"
+#include "daemon/error_files.h"
 #include "daemon/job_records.h"
 #include "daemon/launcher.h"
+#include "daemon/port_reservation.h"
 
 #include <boost/asio.hpp>
 
@@ -49,6 +53,8 @@ class Supervisor : private FramedStream::Handler {
   void watch_driver();
   void beat();
   void on_spawn(const msg::Spawn& s);
+  void on_reserve_port(const msg::ReservePort& r);
+  std::vector<std::string> worker_env(const msg::Spawn& s, const std::string& error_file) const;
   template <class M>
   void send(const M& m) {
     send_frame(msg::to_frame(m));
@@ -74,6 +80,9 @@ class Supervisor : private FramedStream::Handler {
   bool done_ = false;
   std::map<std::uint32_t, std::string> shm_dirs_;
   std::uint64_t spawned_ = 0;
+  ErrorFiles error_files_;
+  std::map<int, std::string> error_file_of_;  // by worker pid: the ones we gave out
+  PortReservation port_;  // the current epoch's MASTER_PORT, while rank 0 is here
 };
 
 }  // namespace elasticrun::daemon

@@ -102,12 +102,36 @@ TEST(Options, BadInputsHaveClearMessages) {
       {{"--worker-timeout", "inf", "prog"}, "0 (off) or"},
       {{"--worker-timeout", "nan", "prog"}, "0 (off) or"},
       {{"--worker-timeout", "later", "prog"}, "invalid"},
+      {{"--max-restarts", "-1", "prog"}, "--max-restarts '-1': expected a number of restarts, 0 to 1000000"},
+      {{"--max-restarts", "three", "prog"}, "--max-restarts 'three': expected a number"},
+      {{"--max-restarts", "2x", "prog"}, "--max-restarts '2x'"},
+      {{"--max-restarts", "", "prog"}, "--max-restarts '':"},
+      {{"--max-restarts", "1000001", "prog"}, "0 to 1000000"},
+      {{"--max-restarts", "2", "--reset-limit", "3", "prog"}, "--max-restarts (restart mode) or --reset-limit"},
+      {{"--run-id", "", "prog"}, "--run-id '': expected 1 to 128 letters"},
+      {{"--run-id", "a b", "prog"}, "--run-id 'a b'"},
+      {{"--run-id", std::string(129, 'a'), "prog"}, "expected 1 to 128"},
   };
   for (const auto& c : cases) {
     auto r = parse(c.args);
     ASSERT_FALSE(r.ok()) << c.args[0];
     EXPECT_NE(r.error().find(c.why), std::string::npos) << r.error();
   }
+}
+
+TEST(Options, MaxRestartsTurnsRestartModeOnInFixedAndElasticJobs) {
+  auto r = parse({"-np", "2", "./train"});
+  ASSERT_TRUE(r.ok()) << r.error();
+  EXPECT_FALSE(r->options->max_restarts);
+  EXPECT_EQ(r->options->run_id, "");
+  r = parse({"-np", "2", "--max-restarts", "0", "--run-id", "exp-7.a:b_c", "./train"});
+  ASSERT_TRUE(r.ok()) << r.error();
+  EXPECT_EQ(r->options->max_restarts, 0);
+  EXPECT_EQ(r->options->run_id, "exp-7.a:b_c");
+  r = parse({"--min-np", "1", "-H", "a:2", "--max-restarts=3", "./train"});
+  ASSERT_TRUE(r.ok()) << r.error();
+  EXPECT_TRUE(r->options->elastic);
+  EXPECT_EQ(r->options->max_restarts, 3);
 }
 
 TEST(Options, HostTimeoutSetsTheKeepAliveOfSshConnectionsToo) {

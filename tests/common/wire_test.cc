@@ -135,6 +135,8 @@ TEST(Frame, RandomGarbageNeverCrashesTheDecoders) {
     attempt(msg::Report{});
     attempt(msg::ReportReply{});
     attempt(msg::CheckpointNote{});
+    attempt(msg::ReservePort{});
+    attempt(msg::PortReserved{});
   }
 }
 
@@ -144,13 +146,35 @@ TEST(Messages, ParseRejectsTheWrongType) {
 }
 
 TEST(Messages, SpawnRoundTrips) {
-  msg::Spawn s{3, 7, 2, 4, {"./train", "--lr", "0.1"}, {"A=1", "B=two"}};
+  msg::Spawn s{3, 7, 2, 4, {"./train", "--lr", "0.1"}, {"A=1", "B=two"}, 5};
   auto back = msg::parse<msg::Spawn>(msg::to_frame(s));
   EXPECT_EQ(back.slot, 3u);
   EXPECT_EQ(back.epoch, 7u);
   EXPECT_EQ(back.rank, 2);
   EXPECT_EQ(back.argv, s.argv);
   EXPECT_EQ(back.env, s.env);
+  EXPECT_EQ(back.local_size, 5);
+}
+
+TEST(Messages, ExitedCarriesTheErrorFile) {
+  msg::Exited x{2, 4242, 1, 0, R"({"message": "boom"})", 19};
+  auto back = msg::parse<msg::Exited>(msg::to_frame(x));
+  EXPECT_EQ(back.pid, 4242u);
+  EXPECT_EQ(back.code, 1);
+  EXPECT_EQ(back.error_file, x.error_file);
+  EXPECT_EQ(back.error_file_size, 19u);
+}
+
+TEST(Messages, APortReservationHasAPortOrAnErrorInRange) {
+  auto back = msg::parse<msg::PortReserved>(msg::to_frame(msg::PortReserved{7, 29500, ""}));
+  EXPECT_EQ(back.epoch, 7u);
+  EXPECT_EQ(back.port, 29500u);
+  back = msg::parse<msg::PortReserved>(msg::to_frame(msg::PortReserved{7, 0, "bind: no ports"}));
+  EXPECT_EQ(back.error, "bind: no ports");
+  for (const auto& bad : {msg::PortReserved{7, 0, ""}, msg::PortReserved{7, 29500, "and an error"},
+                          msg::PortReserved{7, 65536, ""}})
+    EXPECT_THROW(msg::parse<msg::PortReserved>(msg::to_frame(bad)), wire::DecodeError) << bad.port;
+  EXPECT_EQ(msg::parse<msg::ReservePort>(msg::to_frame(msg::ReservePort{9})).epoch, 9u);
 }
 
 TEST(Messages, ReportAndReplyRoundTrip) {

@@ -126,6 +126,8 @@ void parse_all(const Frame& f) {
     case msg::kExited: try_parse<msg::Exited>(f); break;
     case msg::kSpawnFailed: try_parse<msg::SpawnFailed>(f); break;
     case msg::kHeartbeat: try_parse<msg::Heartbeat>(f); break;
+    case msg::kReservePort: try_parse<msg::ReservePort>(f); break;
+    case msg::kPortReserved: try_parse<msg::PortReserved>(f); break;
     default: break;
   }
   if (f.type == msg::kLeave) try_parse<msg::Ok>(f);

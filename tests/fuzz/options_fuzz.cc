@@ -11,10 +11,12 @@
 // sane counts; a refused one has a message.
 #include "cmd/options.h"
 
+#include <cctype>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -65,6 +67,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     if (h.slots < 1 || (h.slots > discovery::kMaxSlotsPerHost && !implicit_local)) violated("host slots out of range");
   }
   if (o.np < 0 || o.min_np < 0 || o.max_np < 0 || o.reset_limit < 0) violated("negative count");
+  if (o.max_restarts && (*o.max_restarts < 0 || o.reset_limit != 0)) violated("bad max-restarts");
+  for (char c : o.run_id)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && !std::strchr("._:-", c)) violated("bad run id");
   if (o.elastic && o.min_np < 1) violated("elastic without min-np");
   if (o.elastic && o.max_np > 0 && o.max_np < o.min_np) violated("max-np below min-np");
   if (o.start_timeout.count() <= 0) violated("non-positive start timeout");

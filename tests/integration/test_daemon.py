@@ -572,7 +572,7 @@ def test_systemd_unit_command_line_starts_the_daemon(tmp_path):
 
 # ---- the daemon's watchdog: a driver that falls silent is taken for gone ----
 
-CONTROL_PROTOCOL = 2  # msg::kControlProtocol
+CONTROL_PROTOCOL = 3  # msg::kControlProtocol
 
 
 def config_frame(heartbeat_ms=1000, timeout_ms=10000, protocol=CONTROL_PROTOCOL):
@@ -585,7 +585,7 @@ def config_frame(heartbeat_ms=1000, timeout_ms=10000, protocol=CONTROL_PROTOCOL)
 def spawn_frames(command, heartbeat_ms=1000, timeout_ms=10000):
     argv = struct.pack("<I", len(command)) + b"".join(field(a.encode()) for a in command)
     env = struct.pack("<I", 0)
-    spawn = struct.pack("<IQii", 0, 1, 0, 1) + argv + env
+    spawn = struct.pack("<IQii", 0, 1, 0, 1) + argv + env + struct.pack("<i", 1)  # local_size
     return config_frame(heartbeat_ms, timeout_ms) + frame(31, spawn)
 
 

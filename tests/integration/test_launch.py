@@ -253,10 +253,23 @@ def test_silent_daemon_ends_a_fixed_size_job_after_host_timeout(job):
     # the job fixture asserts that no daemon or worker is left
 
 
-def test_workers_that_never_join_time_out(job):
-    r = job.run(["-np", 2, "--start-timeout", "1", "sleep", "30"])
-    assert r.returncode == 4
-    assert "2 of 2 workers did not join within 1.0 s" in r.stderr
+def test_workers_that_never_join_time_out_once_one_joined(job):
+    """Rank 0 uses the library and joins; rank 1 never does: it is late, and the job ends
+    after --start-timeout naming it."""
+    script = f'if [ "$RANK" = 0 ]; then exec {TESTPROG} --init --sleep 30; else exec sleep 30; fi'
+    r = job.run(["-np", 2, "--start-timeout", "1", "sh", "-c", script])
+    assert r.returncode == 4, r.stderr
+    assert "1 of 2 workers did not join within 1.0 s (rank@host: 1@localhost)" in r.stderr
+
+
+def test_a_program_that_never_joins_runs_to_its_end(job):
+    """A program that does not link libelasticrun (a torchrun script) never joins: nobody
+    waits for it, past --start-timeout too."""
+    t0 = time.monotonic()
+    r = job.run(["-np", 2, "--start-timeout", "1", "sh", "-c", "sleep 2.5; echo rank $RANK of $WORLD_SIZE"])
+    assert r.returncode == 0, r.stderr
+    assert "rank 1 of 2" in r.stdout and "rank 0 of 2" in r.stdout
+    assert time.monotonic() - t0 >= 2.5
 
 
 def test_secret_never_on_a_command_line(job):

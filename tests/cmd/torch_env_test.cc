@@ -1,0 +1,40 @@
+// torchrun's variables for a worker, from its epoch's assignment.
+#include "cmd/torch_env.h"
+
+#include <gtest/gtest.h>
+
+namespace elasticrun::cmd {
+namespace {
+
+TEST(TorchEnv, GroupsAreHostsInTheOrderOfTheirFirstRank) {
+  auto a = rendezvous::assign({{"n1", 2}, {"n2", 1}, {"n3", 4}}, 5, 3);
+  auto t = torch_worker(a, 4);  // n3, slot 1
+  EXPECT_EQ(t.rank, 4);
+  EXPECT_EQ(t.world_size, 5);
+  EXPECT_EQ(t.local_rank, 1);
+  EXPECT_EQ(t.local_world_size, 2);  // -np 5 leaves n3 two of its four slots
+  EXPECT_EQ(t.group_rank, 2);
+  EXPECT_EQ(t.group_world_size, 3);
+  EXPECT_EQ(t.master_addr, "n1");
+  auto s = rendezvous::assign_places({{"n2", 0}, {"n1", 1}, {"n2", 1}}, 4);  // survivors in rank order
+  t = torch_worker(s, 2);
+  EXPECT_EQ(t.group_rank, 0);
+  EXPECT_EQ(t.local_rank, 1);
+  EXPECT_EQ(t.local_world_size, 2);
+  EXPECT_EQ(t.master_addr, "n2");
+}
+
+TEST(TorchEnv, EveryVariableTorchrunSets) {
+  TorchWorker w{3, 5, 1, 2, 2, 3, "n1", 29517, 2, 4};
+  EXPECT_EQ(torch_env(w, "job-7"),
+            (std::vector<std::string>{"RANK=3", "LOCAL_RANK=1", "WORLD_SIZE=5", "LOCAL_WORLD_SIZE=2", "GROUP_RANK=2",
+                                      "GROUP_WORLD_SIZE=3", "ROLE_RANK=3", "ROLE_WORLD_SIZE=5", "ROLE_NAME=default",
+                                      "MASTER_ADDR=n1", "MASTER_PORT=29517", "TORCHELASTIC_RESTART_COUNT=2",
+                                      "TORCHELASTIC_MAX_RESTARTS=4", "TORCHELASTIC_RUN_ID=job-7",
+                                      "NCCL_ASYNC_ERROR_HANDLING=1"}));
+  w.master_port = 0;  // none reserved: no MASTER_PORT rather than a wrong one
+  for (const auto& kv : torch_env(w, "x")) EXPECT_NE(kv.rfind("MASTER_PORT=", 0), 0u) << kv;
+}
+
+}  // namespace
+}  // namespace elasticrun::cmd
