@@ -1,7 +1,7 @@
 """elasticrun.torch's DistributedOptimizer against torch DDP on the gloo backend: the
 same MLP (about 16M parameters), the same per-rank batch, the same machine, in one run.
 
-    /usr/bin/python3 bench/torch_ddp_bench.py [--np 2,4] [--steps 30] [--batch 16] [--overlap auto|on|off]
+    /usr/bin/python3 bench/torch_ddp_bench.py [--np 2,4] [--steps 30] [--batch 16] [--overlap on|off]
 
 For each rank count it launches the elasticrun workers under build/cmd/elasticrun, then
 the DDP workers as plain subprocesses (env:// rendezvous, MASTER_ADDR/PORT set here),
@@ -37,7 +37,7 @@ def model():
     return torch.nn.Sequential(*layers[:-1])
 
 
-def worker(kind, steps, warmup, batch, overlap="auto"):
+def worker(kind, steps, warmup, batch, overlap="on"):
     import torch
     torch.set_num_threads(1)
     torch.manual_seed(0)
@@ -48,7 +48,7 @@ def worker(kind, steps, warmup, batch, overlap="auto"):
         hvd.init()
         rank, size = hvd.rank(), hvd.size()
         opt = hvd.DistributedOptimizer(opt, named_parameters=net.named_parameters(),
-                                       overlap={"auto": None, "on": True, "off": False}[overlap])
+                                       overlap=overlap == "on")
         step_model = net
 
         def max_over_ranks(x):
@@ -139,8 +139,8 @@ def main():
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--batch", type=int, default=16, help="samples per rank and step")
-    ap.add_argument("--overlap", choices=["auto", "on", "off"], default="auto",
-                    help="DistributedOptimizer's overlap= (auto: only with a core to spare)")
+    ap.add_argument("--overlap", choices=["on", "off"], default="on",
+                    help="DistributedOptimizer's overlap= (on: buckets reduced during backward())")
     ap.add_argument("--worker", choices=["er", "ddp"])
     args = ap.parse_args()
     if args.worker:

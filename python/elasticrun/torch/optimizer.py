@@ -17,18 +17,14 @@ gradient contributes zeros, and gets a zero gradient, as in Horovod), waits for 
 them in order; the gradients, views of the buffers, then hold the averages (with
 compression they are copied back).
 
-Overlap needs a free core. When this host's ranks already keep every core busy with
-their own compute (local_size() x torch.get_num_threads() >= the cores this process may
-run on), a reduction issued during backward() only takes time from backward() on the
-same cores, and its rank waits on its peers while they are still computing; so then
-(overlap=None, the default) every bucket is issued at synchronize(), after backward(),
-in the same order. overlap=True or False forces either.
+overlap=False issues every bucket at synchronize() instead, after backward(), in the
+same order. It is not the default: even with every core of the host computing (2 ranks
+on 2 cores), overlapping was as fast or faster in bench/torch_ddp_bench.py --overlap.
 
 The hooks reduce even when size() is 1: in an elastic job the world may grow again, and
 every rank must issue the same collectives.
 """
 import contextlib
-import os
 import warnings
 
 import torch
@@ -79,8 +75,7 @@ class _DistributedOptimizer:
     def __init__(self, params, base, named_parameters, compression, backward_passes_per_step, op,
                  gradient_predivide_factor, bucket_cap_mb, overlap):
         base.__init__(self, params)
-        self._overlap_setting = overlap
-        self._overlap = None  # decided at the first ready gradient of each step
+        self._overlap = overlap
         self._er_base = base
         self._compression = compression
         self._passes = backward_passes_per_step
@@ -115,8 +110,6 @@ class _DistributedOptimizer:
             self._delay[p] = left - 1
             if left == 1:
                 self._buckets[bucket_index].ready += 1
-                if self._overlap is None:
-                    self._overlap = _should_overlap(self._overlap_setting)
                 if self._overlap:
                     self._issue_ready()
 
@@ -187,7 +180,6 @@ class _DistributedOptimizer:
         for p in self._delay:
             self._delay[p] = self._passes
         self._next = 0
-        self._overlap = None
 
     def _er_reset(self):
         """Forgets the step in progress (after a failure or a membership change): the
@@ -223,18 +215,6 @@ class _DistributedOptimizer:
         return self._er_base.zero_grad(self, *args, **kwargs)
 
 
-def _should_overlap(setting):
-    """Whether reductions run during backward(): `setting` if given, else whether the
-    cores this process may use outnumber the compute threads of this host's ranks."""
-    if setting is not None:
-        return bool(setting)
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        cores = os.cpu_count() or 1
-    return ops._er.local_size() * torch.get_num_threads() < cores
-
-
 def _check_names(params, named_parameters):
     if named_parameters is None:
         return
@@ -250,7 +230,7 @@ def _check_names(params, named_parameters):
 
 
 def DistributedOptimizer(optimizer, named_parameters=None, compression=Compression.none, backward_passes_per_step=1,
-                         op=ops.Average, gradient_predivide_factor=1.0, bucket_cap_mb=25, overlap=None):
+                         op=ops.Average, gradient_predivide_factor=1.0, bucket_cap_mb=25, overlap=True):
     """Wraps `optimizer` so that step() applies gradients averaged (op=Average) or
     summed (op=Sum) over every rank, reduced in fixed-order buckets of about
     `bucket_cap_mb` MiB while backward() runs (see the module's docstring).
@@ -263,9 +243,8 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
       gradients are summed over them, not averaged (scale the loss for a mean).
     - `gradient_predivide_factor`: with Average, gradients are divided by this before
       the sum and by size()/factor after it.
-    - `overlap`: whether buckets are reduced while backward() runs; None (the default)
-      overlaps only when this host has a core to spare for it (see the module's
-      docstring). elasticrun's addition; Horovod has no such argument.
+    - `overlap`: whether buckets are reduced while backward() runs (the default) or all
+      at synchronize(). elasticrun's addition; Horovod has no such argument.
 
     Returns an instance of a subclass of the optimizer's class, built from its
     param_groups (and carrying its state, if it has any). Adasum is not supported.
