@@ -4,11 +4,21 @@
 
 namespace elasticrun::msg {
 
+namespace {
+
+// One byte naming a value of enum E, which must lie in [lo, hi].
+template <class E>
+E enum_in(wire::Decoder& d, unsigned lo, unsigned hi, const char* what) {
+  std::uint8_t v = d.u8();
+  if (v < lo || v > hi) throw wire::DecodeError(fmt::format("unknown {} {}", what, v));
+  return static_cast<E>(v);
+}
+
+}  // namespace
+
 Notify Notify::decode(wire::Decoder& d) {
   Notify n;
-  std::uint8_t k = d.u8();
-  if (k < 1 || k > 3) throw wire::DecodeError(fmt::format("unknown notification kind {}", k));
-  n.kind = static_cast<NotifyKind>(k);
+  n.kind = enum_in<NotifyKind>(d, 1, 3, "notification kind");
   n.epoch = d.u64();
   n.reason = d.str();
   return n;
@@ -17,17 +27,13 @@ Notify Notify::decode(wire::Decoder& d) {
 ReportReply ReportReply::decode(wire::Decoder& d) {
   ReportReply r;
   r.req = d.u64();
-  std::uint8_t v = d.u8();
-  if (v > 1) throw wire::DecodeError(fmt::format("unknown report decision {}", v));
-  r.decision = static_cast<Decision>(v);
+  r.decision = enum_in<Decision>(d, 0, 1, "report decision");
   return r;
 }
 
 CheckpointNote CheckpointNote::decode(wire::Decoder& d) {
   CheckpointNote n;
-  std::uint8_t k = d.u8();
-  if (k < 1 || k > 4) throw wire::DecodeError(fmt::format("unknown checkpoint event {}", k));
-  n.event = static_cast<CheckpointEvent>(k);
+  n.event = enum_in<CheckpointEvent>(d, 1, 4, "checkpoint event");
   n.epoch = d.u64();
   n.commit = d.u64();
   n.bytes = d.u64();
