@@ -103,7 +103,7 @@ class DistributedDataParallel(torch.nn.Module):
     ``elasticrun.torch.elastic.run`` and anew around the same module after every elastic
     reset. It is used like DDP: call it, ``no_sync()``, ``register_comm_hook()`` (kept
     across rebuilds), and its state_dict() has DDP's keys (``module.``...). Any other DDP
-    attribute is the current DDP's. Making it is no collective (torch's DDP broadcasts
+    attribute is the latest DDP's (none before the first call). Making it is no collective (torch's DDP broadcasts
     rank 0's parameters when made: that happens at the first call)."""
 
     def __init__(self, module, **kwargs):
@@ -153,9 +153,9 @@ class DistributedDataParallel(torch.nn.Module):
         try:
             return super().__getattr__(name)
         except AttributeError:
-            if name.startswith("_er_"):
-                raise
-            return getattr(self._er_current(), name)
+            if name.startswith("_er_") or self._er_ddp is None:
+                raise  # (before its first call there is no DDP to ask)
+            return getattr(self._er_ddp, name)
 
 
 _elastic.add_error_translator(_elastic_error_of)
