@@ -18,25 +18,13 @@ import torch.distributed as dist
 import elasticrun as er
 import elasticrun.torch as hvd
 from checklib import check, finish, raises
+from torch_inputs import input_of
 
 DTYPES = [torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.int8, torch.uint8, torch.int32,
           torch.int64]
 OPS = {"sum": dist.ReduceOp.SUM, "avg": dist.ReduceOp.AVG, "prod": dist.ReduceOp.PRODUCT, "min": dist.ReduceOp.MIN,
        "max": dist.ReduceOp.MAX}
 GLOO_TYPES = {torch.float16, torch.float32, torch.float64, torch.int8, torch.uint8, torch.int32, torch.int64}
-
-
-def input_of(r, n, dtype, op="sum"):
-    """Rank r's input: small integers, exact in every type (products of {1, 2} over at
-    most 4 ranks fit in int8; sums of [-5, 5] too)."""
-    i = torch.arange(n)
-    if op == "prod":
-        v = 1 + (i + r) % 2
-    else:
-        v = (i * 7 + r * 3) % 11
-        if dtype != torch.uint8:
-            v = v - 5
-    return v.to(dtype)
 
 
 def gloo_reduce(x, op, gloo):
