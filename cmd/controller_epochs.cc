@@ -189,6 +189,15 @@ void EpochController::finish_with_survivors(TimePoint now) {
   }
   std::string reason = epoch_broken_ ? broken_reason_
                                      : fmt::format("a worker finished before epoch {} formed", assignment_.epoch);
+  if (keep.empty() && !epoch_broken_) {
+    // Nothing failed: every worker that held the job's state finished it, as a new epoch
+    // formed around them (a host added during the last step). Those started for that
+    // epoch never held any state and have nothing to finish.
+    for (const auto& p : stop) remove_worker(p, now);
+    say(fmt::format("{}: every worker holding the job's state finished; {} that joined late stopped", reason,
+                    stop.size()));
+    return end(exit_code::kOk, "");
+  }
   if (keep.empty())
     return end(exit_code::kWorkerFailed,
                fmt::format("no surviving worker holds committed state to finish the job ({})", reason));

@@ -78,6 +78,31 @@ TEST(Controller, AFailureAfterAWorkerFinishedLeavesTheSurvivorsHoldingStateToFin
   EXPECT_EQ(d.c.exit_code(), exit_code::kOk);
 }
 
+// The only worker holding the state finishes as an epoch that adds a worker forms (a
+// host added during the last step; `elasticrun sweep` grows a trial as it stops): the
+// job is done, and the worker started for that epoch, which never held state, stops.
+TEST(Controller, EveryHolderFinishingAsAWorkerIsAddedFinishesTheJob) {
+  Driver d(elastic(1));
+  d.c.use_hosts({{"a", 1}}, t0());
+  d.start_and_join_all();
+  auto a_done = d.exit_of("a", 0, 0);
+  d.c.hosts_changed({{"a", 2}}, t0() + 1s);  // epoch 2 adds a's slot 1
+  ASSERT_EQ(d.c.assignment().epoch, 2u);
+  d.c.worker_started("a", 1, d.pid_of(d.place("a", 1)));
+  d.drain();
+  d.c.worker_exited("a", a_done, t0() + 2s);  // it had finished in epoch 1
+  auto cmds = d.drain();
+  ASSERT_TRUE(d.c.finished());
+  EXPECT_EQ(d.c.exit_code(), exit_code::kOk) << Driver::said(cmds);
+  EXPECT_NE(Driver::said(cmds).find("every worker holding the job's state finished; 1 that joined late stopped"),
+            std::string::npos)
+      << Driver::said(cmds);
+  auto sigs = Driver::only<command::Signal>(cmds);
+  ASSERT_EQ(sigs.size(), 1u);
+  EXPECT_EQ(sigs[0].place, (Place{"a", 1}));
+  EXPECT_TRUE(Driver::only<command::StartEpoch>(cmds).empty());
+}
+
 TEST(Controller, NoSurvivorHoldingStateToFinishEndsTheJob) {
   Driver d(elastic(1));
   d.c.use_hosts({{"a", 1}, {"b", 1}}, t0());
