@@ -15,11 +15,13 @@
 // computes its share of the loss and an allreduce sums them, so the workers do a
 // collective per step whatever their number.
 //
-// Every --report-every steps (and at the last) the state is committed, rank 0 writes
-// ELASTICRUN_TRIAL_DIR/checkpoint.json (when set), and every rank reports the loss and
-// its rank (the driver sees rank 0's). When the report says stop, every rank prints
-// "rank R stopped at step S" and exits 0; at the end, "rank R finished at step S". A new
-// trial process starts from the checkpoint.
+// Every --report-every steps (and at the last) every rank reports the loss and its rank
+// (the driver sees rank 0's), then the state is committed and rank 0 writes
+// ELASTICRUN_TRIAL_DIR/checkpoint.json (when set). Report first: a commit() that re-joins
+// a new epoch (hosts were added) throws after saving, and the run goes on after it, so a
+// report placed after the commit would never be made for that step. When the report says
+// stop, every rank prints "rank R stopped at step S" and exits 0; at the end, "rank R
+// finished at step S". A new trial process starts from the checkpoint.
 #include <elasticrun/elastic.hpp>
 #include <elasticrun/elasticrun.hpp>
 
@@ -141,12 +143,12 @@ int main(int argc, char** argv) {
           ctx.comm().allreduce(&share, &loss, 1, elasticrun::DataType::f64, elasticrun::ReduceOp::sum);
           ++step;
           if (step % o.report_every != 0 && step != o.steps) continue;
-          s.commit();
-          if (ctx.topology().rank == 0) write_checkpoint(step, loss);
           if (ctx.report(step, {{"loss", loss}, {"rank", ctx.topology().rank}})) {
             stopped = true;
             return;
           }
+          s.commit();
+          if (ctx.topology().rank == 0) write_checkpoint(step, loss);
         }
       });
     }

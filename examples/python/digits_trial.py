@@ -77,15 +77,18 @@ def main():
                 optimizer.step()
                 state.sampler.record_batch(batch_idx, batch)
             state.epoch += 1
-            state.commit()
             loss, acc = held_out()
+            # Report before commit: a commit that re-joins a new epoch (hosts were added)
+            # raises after saving and training goes on after it, so a report placed after
+            # it would be skipped for this epoch.
+            if hvd.report(state.epoch, loss=loss, accuracy=acc):
+                return
+            state.commit()
             if hvd.rank() == 0 and elasticrun.sweep.trial_dir():
                 tmp = ckpt + ".tmp"
                 torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
                             "epoch": state.epoch}, tmp)
                 os.replace(tmp, ckpt)
-            if hvd.report(state.epoch, loss=loss, accuracy=acc):
-                return
 
     train(state)
     loss, acc = held_out()

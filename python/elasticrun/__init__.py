@@ -78,7 +78,9 @@ def report(step, **metrics):
     stop. Collective, like a State commit: every rank calls it at the same step and
     every rank gets the same answer; rank 0's metrics are the ones sent. Waits (without
     the GIL) for the decision up to ELASTICRUN_COLLECTIVE_TIMEOUT; raises the library's
-    errors, the same kind on every rank."""
+    errors, the same kind on every rank. Call it just before ``state.commit()``, not
+    after: a commit that re-joins a new epoch raises after saving, and training goes on
+    after that commit, so a report placed after it would be skipped for that step."""
     return _core.report(int(step), {str(k): float(v) for k, v in metrics.items()})
 
 
