@@ -55,7 +55,7 @@ Result<void> Job::start() {
     return fail(fmt::format("cannot open --events file '{}': {}", opts_.events_file, std::strerror(errno)));
   // Remote hosts (or hosts a discovery script may name) must reach the rendezvous
   // server over the network; a job on this machine alone keeps it on loopback.
-  bool remote = !opts_.discovery_script.empty();
+  bool remote = opts_.discovered();
   for (const auto& h : opts_.hosts) remote = remote || !discovery::is_local_host(h.name);
   if (opts_.daemon_port > 0) {
     auto s = auth::read_secret_file(opts_.daemon_secret_file);
@@ -113,12 +113,8 @@ Result<void> Job::start() {
 }
 
 void Job::start_hosts() {
-  if (opts_.discovery_script.empty())
+  if (!opts_.discovered())
     return feed([hosts = opts_.hosts](EpochController& c, TimePoint now) { c.use_hosts(hosts, now); });
-  discovery::ScriptOptions so;
-  so.path = opts_.discovery_script;
-  so.timeout = opts_.discovery_timeout;
-  so.default_slots = opts_.slots_per_host;
   discovery::HostWatcher::Callbacks cb;
   cb.on_change = [this](const std::vector<discovery::Host>& hosts) {
     feed([hosts](EpochController& c, TimePoint now) { c.hosts_changed(hosts, now); });
@@ -129,8 +125,17 @@ void Job::start_hosts() {
   cb.on_fatal = [this](const std::string& why) {
     end_job(exit_code::kLaunchFailed, "host discovery failed on its first run: " + why);
   };
-  watcher_ = std::make_unique<discovery::HostWatcher>(io_, discovery::make_script_source(io_, so),
-                                                      opts_.discovery_interval, std::move(cb));
+  if (opts_.discovery_fd >= 0) {
+    // A feed is read as it arrives: each poll waits for the next list.
+    discovery::FeedOptions fo{.default_slots = opts_.slots_per_host};
+    watcher_ = std::make_unique<discovery::HostWatcher>(io_, discovery::make_feed_source(io_, opts_.discovery_fd, fo),
+                                                        std::chrono::milliseconds(0), std::move(cb));
+  } else {
+    discovery::ScriptOptions so{.path = opts_.discovery_script, .timeout = opts_.discovery_timeout,
+                                .default_slots = opts_.slots_per_host};
+    watcher_ = std::make_unique<discovery::HostWatcher>(io_, discovery::make_script_source(io_, so),
+                                                        opts_.discovery_interval, std::move(cb));
+  }
   watcher_->start();
 }
 

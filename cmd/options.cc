@@ -57,6 +57,7 @@ po::options_description describe() {
       ("min-np", po::value<int>(), "elastic: fewest workers to keep training with (default: -np)")
       ("max-np", po::value<int>(), "elastic: most workers to run (default: every slot offered)")
       ("host-discovery-script", po::value<std::string>(), "elastic: executable printing the available hosts, one 'host[:slots]' per line")
+      ("host-discovery-fd", po::value<std::string>(), "elastic: read the available hosts from the inherited pipe or socket N instead: lists of 'host[:slots]' lines, each ended by an empty line, sent whenever they change")
       ("discovery-interval", po::value<double>()->default_value(1.0), "elastic: seconds between discovery runs")
       ("discovery-timeout", po::value<double>()->default_value(10.0), "elastic: seconds a discovery run may take")
       ("elastic-timeout", po::value<double>()->default_value(600.0), "elastic: seconds to wait for --min-np slots before failing")
@@ -117,8 +118,10 @@ Result<std::chrono::milliseconds> seconds(const po::variables_map& vm, const cha
 
 // The elastic flags; elastic mode is on with a discovery script or --min-np.
 Result<void> parse_elastic(const po::variables_map& vm, Options& o) {
-  o.elastic = vm.count("host-discovery-script") || vm.count("min-np");
+  o.elastic = vm.count("host-discovery-script") || o.discovery_fd >= 0 || vm.count("min-np");
   if (vm.count("host-discovery-script")) o.discovery_script = vm["host-discovery-script"].as<std::string>();
+  if (!o.discovery_script.empty() && o.discovery_fd >= 0)
+    return fail("give --host-discovery-script or --host-discovery-fd, not both");
   if (vm.count("min-np") && (o.min_np = vm["min-np"].as<int>()) < 1)
     return fail(fmt::format("--min-np {}: need at least one process", o.min_np));
   if (vm.count("max-np") && (o.max_np = vm["max-np"].as<int>()) < 1)
@@ -260,22 +263,41 @@ Result<void> parse_restarts(const po::variables_map& vm, Options& o) {
 }
 
 // An inherited descriptor, checked now so that a wrong one is a usage error with its
-// reason rather than a job whose reports go nowhere.
-Result<void> parse_report_fd(const po::variables_map& vm, Options& o) {
-  if (!vm.count("report-fd")) return {};
-  std::string v = vm["report-fd"].as<std::string>();
+// reason rather than a job whose reports or hosts go nowhere. -1: the option is absent.
+Result<int> inherited_fd(const po::variables_map& vm, const char* name, const char* carries) {
+  if (!vm.count(name)) return -1;
+  std::string v = vm[name].as<std::string>();
   int fd = -1;
   auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), fd);
   if (ec != std::errc() || end != v.data() + v.size() || fd < 0)
-    return fail(fmt::format("--report-fd '{}': expected a file descriptor number", v));
-  if (fd <= 2) return fail(fmt::format("--report-fd {}: standard input, output and error cannot carry reports", fd));
+    return fail(fmt::format("--{} '{}': expected a file descriptor number", name, v));
+  if (fd <= 2) return fail(fmt::format("--{} {}: standard input, output and error cannot carry {}", name, fd, carries));
   struct stat st {};
-  if (::fstat(fd, &st) != 0) return fail(fmt::format("--report-fd {}: not an open file descriptor", fd));
+  if (::fstat(fd, &st) != 0) return fail(fmt::format("--{} {}: not an open file descriptor", name, fd));
+  return fd;
+}
+
+bool stream_socket(int fd) {
+  struct stat st {};
   int type = 0;
   socklen_t len = sizeof type;
-  if (!S_ISSOCK(st.st_mode) || ::getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) != 0 || type != SOCK_STREAM)
-    return fail(fmt::format("--report-fd {}: not a stream socket (give one end of a connected socket pair)", fd));
-  o.report_fd = fd;
+  return ::fstat(fd, &st) == 0 && S_ISSOCK(st.st_mode) && ::getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) == 0 &&
+         type == SOCK_STREAM;
+}
+
+Result<void> parse_fds(const po::variables_map& vm, Options& o) {
+  auto r = inherited_fd(vm, "report-fd", "reports");
+  if (!r) return Failure{r.error()};
+  if (*r >= 0 && !stream_socket(*r))
+    return fail(fmt::format("--report-fd {}: not a stream socket (give one end of a connected socket pair)", *r));
+  auto h = inherited_fd(vm, "host-discovery-fd", "host lists");
+  if (!h) return Failure{h.error()};
+  struct stat st {};
+  if (*h >= 0 && !stream_socket(*h) && !(::fstat(*h, &st) == 0 && S_ISFIFO(st.st_mode)))
+    return fail(fmt::format("--host-discovery-fd {}: not a pipe or a stream socket", *h));
+  if (*h >= 0 && *h == *r) return fail(fmt::format("--host-discovery-fd and --report-fd are both {}: give each a descriptor of its own", *h));
+  o.report_fd = *r;
+  o.discovery_fd = *h;
   return {};
 }
 
@@ -325,13 +347,14 @@ Result<ParseOutcome> parse_options(int argc, const char* const* argv) {
     o.np = vm["np"].as<int>();
     if (o.np < 1) return fail(fmt::format("-np {}: need at least one process", o.np));
   }
+  if (auto ok = parse_fds(vm, o); !ok) return Failure{ok.error()};
   if (auto ok = parse_elastic(vm, o); !ok) return Failure{ok.error()};
   if (auto ok = parse_restarts(vm, o); !ok) return Failure{ok.error()};
   if (auto ok = parse_ssh(vm, o.ssh); !ok) return Failure{ok.error()};
   if (auto ok = parse_daemon(vm, o); !ok) return Failure{ok.error()};
   if (vm.count("hosts") && vm.count("hostfile")) return fail("give -H or --hostfile, not both");
-  if (!o.discovery_script.empty() && (vm.count("hosts") || vm.count("hostfile")))
-    return fail("give --host-discovery-script or -H/--hostfile, not both");
+  if (o.discovered() && (vm.count("hosts") || vm.count("hostfile")))
+    return fail(fmt::format("give --host-discovery-{} or -H/--hostfile, not both", o.discovery_fd >= 0 ? "fd" : "script"));
   if (vm.count("hosts")) {
     auto h = discovery::parse_host_list(vm["hosts"].as<std::string>(), o.slots_per_host);
     if (!h) return fail("-H: " + h.error());
@@ -340,10 +363,10 @@ Result<ParseOutcome> parse_options(int argc, const char* const* argv) {
     auto h = discovery::read_hostfile(vm["hostfile"].as<std::string>(), o.slots_per_host);
     if (!h) return Failure{h.error()};
     o.hosts = std::move(*h);
-  } else if (o.discovery_script.empty()) {
+  } else if (!o.discovered()) {
     o.hosts = {{"localhost", o.np > 0 ? o.np : 1}};
   }
-  if (o.discovery_script.empty()) {
+  if (!o.discovered()) {
     int offered = 0;
     for (const auto& h : o.hosts) offered += h.slots;
     if (o.np == 0) o.np = o.elastic ? std::min(offered, o.max_np > 0 ? o.max_np : offered) : offered;
@@ -365,7 +388,6 @@ Result<ParseOutcome> parse_options(int argc, const char* const* argv) {
   if (!wt) return Failure{wt.error()};
   o.worker_timeout = *wt;
   if (vm.count("events")) o.events_file = vm["events"].as<std::string>();
-  if (auto ok = parse_report_fd(vm, o); !ok) return Failure{ok.error()};
   if (vm.count("output-filename")) o.output_dir = vm["output-filename"].as<std::string>();
   if (vm.count("daemon-path")) o.daemon_path = vm["daemon-path"].as<std::string>();
   if (vm.count("verbose")) o.log_level = "info";

@@ -35,10 +35,15 @@ struct Options {
   std::chrono::milliseconds worker_timeout = kDefaultWorkerTimeout;
   std::vector<std::string> command;
 
-  // Elastic mode: on with --host-discovery-script or --min-np.
+  // Elastic mode: on with --host-discovery-script, --host-discovery-fd or --min-np.
   bool elastic = false;
   int min_np = 0, max_np = 0;  // 0: min = np, max = no cap
   std::string discovery_script;
+  // --host-discovery-fd: an inherited pipe or stream socket on which host lists arrive
+  // (discovery/feed_source.cc); -1: none.
+  int discovery_fd = -1;
+  // The hosts come from discovery (a script or a feed), not from -H / --hostfile.
+  bool discovered() const { return !discovery_script.empty() || discovery_fd >= 0; }
   std::chrono::milliseconds discovery_interval{1000};
   std::chrono::milliseconds discovery_timeout{10000};
   std::chrono::milliseconds elastic_timeout{600000};

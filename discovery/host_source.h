@@ -21,7 +21,7 @@
 
 namespace elasticrun::discovery {
 
-// One poll of the host list. Implementations: static (-H / --hostfile) and script.
+// One poll of the host list. Implementations: static (-H / --hostfile), script, feed.
 class HostSource {
  public:
   using Done = std::function<void(Result<std::vector<Host>>)>;
@@ -45,6 +45,16 @@ struct ScriptOptions {
   std::size_t max_output = 1 << 20;          // stdout cap; beyond it: error, script killed
 };
 std::unique_ptr<HostSource> make_script_source(boost::asio::io_context& io, ScriptOptions options);
+
+struct FeedOptions {
+  int default_slots = 1;              // --slots-per-host, for "host" lines
+  std::size_t max_line = 64 << 10;    // a longer line ends the feed
+  std::size_t max_block = 1 << 20;    // a longer list is answered as an error
+};
+// Host lists pushed by whoever started us on descriptor `fd` (--host-discovery-fd):
+// blocks of discovery-script lines, each ended by an empty line (feed_source.cc). Takes
+// the descriptor over. Poll it with a zero interval: a poll waits for the next list.
+std::unique_ptr<HostSource> make_feed_source(boost::asio::io_context& io, int fd, FeedOptions options);
 
 // Polls a source every `interval` (measured from the end of one poll to the start of the
 // next, so a slow script never overlaps itself), keeps the last good host set, and

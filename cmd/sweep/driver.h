@@ -44,6 +44,7 @@ class Sweep {
     TrialRecord rec;
     std::unique_ptr<TrialJob> job;
     int workers = 0;             // in its latest epoch
+    std::string share;           // its share of the pool its job was last sent
     bool stopping = false;       // the scheduler stopped it: exit 0 means "stopped"
     bool completed = false;      // ... because it used its whole budget: "finished"
     std::string stop_reason;
@@ -58,7 +59,8 @@ class Sweep {
   void schedule();
   void set_pool(const std::vector<discovery::Host>& hosts);
   void start(Trial& t);
-  void write_share(Trial& t);
+  std::string share_of(const Trial& t) const;
+  void send_share(Trial& t);
   void on_report(Trial& t, const nlohmann::json& r);
   void on_event(Trial& t, const nlohmann::json& ev);
   void on_exit(Trial& t, int status);

@@ -9,7 +9,6 @@
 //   EXP/trials/<id>/checkpoint/   ELASTICRUN_TRIAL_DIR: the program's own checkpoints
 //   EXP/trials/<id>/events.jsonl  the trial job's --events
 //   EXP/trials/<id>/output.log    the trial job's output
-//   EXP/trials/<id>/hosts, hosts.sh   the trial's share of the pool, its discovery script
 //
 // Files that are rewritten are replaced whole (written aside, renamed), so a kill at any
 // moment leaves the old version or the new one; the definition and the parameters are

@@ -113,6 +113,7 @@ std::vector<std::string> Pool::allocate() {
   for (int pass = 0; pass < 2; ++pass)
     for (std::size_t i = 0; i < order.size(); ++i) {
       Running& r = *order[i];
+      if (r.held) continue;
       const int target = pass == 0 ? r.need.min_np : r.need.max_np;
       if (r.size < target && take(r, target - r.size) > 0) changed[i] = true;
     }
@@ -130,6 +131,10 @@ void Pool::release(const std::string& trial) {
     give_back(it->second, s.host, s.slots);
   }
   trials_.erase(it);
+}
+
+void Pool::hold(const std::string& trial) {
+  if (auto it = trials_.find(trial); it != trials_.end()) it->second.held = true;
 }
 
 void Pool::set_priority(const std::string& trial, int priority) {

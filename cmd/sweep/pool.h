@@ -1,7 +1,8 @@
 // The sweep's slot pool: which hosts' slots each running trial holds.
 //
-// Pure bookkeeping, no I/O: the driver writes each trial's share as that trial's discovery
-// output (hosts.sh prints "host:slots" lines), so a trial grows or shrinks elastically.
+// Pure bookkeeping, no I/O: the driver sends each trial's share to that trial's job as its
+// host feed ("host:slots" lines on its --host-discovery-fd), so a trial grows or shrinks
+// elastically.
 //
 // Rules:
 //  - A pending trial starts when min_np slots are free (startable, then start). Pending trials
@@ -14,6 +15,9 @@
 //    up to max_np. The driver starts the startable pending trials BEFORE calling allocate(), so
 //    freed slots go to waiting trials first and only the rest grows running ones.
 //  - release() returns a trial's slots at once.
+//  - A trial that is stopping (hold()) keeps what it has and is given nothing more: new
+//    workers would start only to be stopped, and its job must not form a new epoch while
+//    its workers stop.
 //  - Placement is compact: slots for a trial come first from hosts it already uses (the one with
 //    the most free slots first), then from the host with the most free slots; ties go to the
 //    host added first. So a trial spans as few hosts as it can and big holes stay big.
@@ -68,6 +72,8 @@ class Pool {
   std::vector<std::string> allocate();
   // The trial's slots go back to the pool; an unknown trial is ignored.
   void release(const std::string& trial);
+  // The trial is stopping: allocate() gives it no more slots; an unknown trial is ignored.
+  void hold(const std::string& trial);
 
   // Priorities: lower is better. set_ranking gives the i-th trial of `best_first` priority i
   // (the scheduler's ranking()); running trials not in it keep theirs.
@@ -96,6 +102,7 @@ class Pool {
     std::size_t order = 0;  // start order, for ties
     Share share;
     int size = 0;
+    bool held = false;
   };
   Host* find_host(const std::string& name);
   // Gives `trial` up to `n` more free slots (placement rule above); returns how many.

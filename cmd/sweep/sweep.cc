@@ -23,13 +23,6 @@ namespace asio = boost::asio;
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
 
-// 'it''s' for a /bin/sh script.
-std::string shell_quote(const std::string& s) {
-  std::string out = "'";
-  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
-}
-
 // How many times a trial starts again after its job ended with a failed host.
 constexpr int kHostLossRestarts = 3;
 
@@ -63,7 +56,7 @@ void Sweep::schedule() {
   pool_->set_ranking(ranking());
   pool_->allocate();
   for (auto& t : trials_)
-    if (t.job) write_share(t);
+    if (t.job) send_share(t);
   account_usage();
   bool all_done = std::all_of(trials_.begin(), trials_.end(), [](const Trial& t) { return t.rec.done(); });
   if (all_done) {
@@ -72,34 +65,30 @@ void Sweep::schedule() {
   }
 }
 
-// The trial's discovery script prints its share of the pool.
-void Sweep::write_share(Trial& t) {
+// "host:slots" lines: the trial's share of the pool, as its job's host feed reads it.
+std::string Sweep::share_of(const Trial& t) const {
   std::string text;
   for (const auto& h : pool_->share(t.rec.id)) text += fmt::format("{}:{}\n", h.host, h.slots);
-  fs::path file = exp_->trial_dir(t.rec.id) / "hosts";
-  std::ifstream in(file);
-  std::stringstream old;
-  old << in.rdbuf();
-  if (old.str() == text && in) return;
-  if (auto ok = write_file_atomically(file, text); !ok) ER_LOG(driver, error, "{}", ok.error());
-  if (!old.str().empty())
-    events_.emit("trial_resized", {{"trial", t.rec.id}, {"slots", pool_->size(t.rec.id)}});
+  return text;
+}
+
+void Sweep::send_share(Trial& t) {
+  std::string text = share_of(t);
+  if (text == t.share) return;
+  t.share = text;
+  t.job->send_hosts(text);
+  events_.emit("trial_resized", {{"trial", t.rec.id}, {"slots", pool_->size(t.rec.id)}});
 }
 
 void Sweep::start(Trial& t) {
   fs::path dir = exp_->trial_dir(t.rec.id);
   std::error_code ec;
   fs::create_directories(exp_->checkpoint_dir(t.rec.id), ec);
-  write_share(t);
-  fs::path script = dir / "hosts.sh";
-  if (auto ok = write_file_atomically(script, "#!/bin/sh\nexec cat " + shell_quote((dir / "hosts").string()) + "\n"); !ok)
-    return end_trial(t, "failed", ok.error());
-  fs::permissions(script, fs::perms::owner_all | fs::perms::group_read | fs::perms::others_read, ec);
   TrialLaunch l;
   l.program = self_;
   l.dir = dir;
-  l.args = {"--min-np", std::to_string(min_np_), "--max-np", std::to_string(max_np_),
-            "--host-discovery-script", script.string(), "--discovery-interval", "0.25"};
+  l.hosts = t.share = share_of(t);
+  l.args = {"--min-np", std::to_string(min_np_), "--max-np", std::to_string(max_np_)};
   l.args.insert(l.args.end(), o_.trial_args.begin(), o_.trial_args.end());
   if (!o_.log_level.empty()) l.args.insert(l.args.end(), {"--log-level", o_.log_level});
   std::vector<std::string> env = {"ELASTICRUN_TRIAL_CONFIG=" + t.rec.config.dump(), "ELASTICRUN_TRIAL_ID=" + t.rec.id,
@@ -155,6 +144,7 @@ void Sweep::on_report(Trial& t, const nlohmann::json& r) {
   bool decided = d.action != Decision::Action::continue_ && !t.stopping;
   if (decided) {
     t.stopping = true;
+    pool_->hold(t.rec.id);
     t.completed = d.completed;
     t.stop_reason = d.reason;
     if (d.action == Decision::Action::exploit) t.exploit = d;
@@ -184,6 +174,7 @@ void Sweep::on_event(Trial& t, const nlohmann::json& ev) {
   if (kind == "waiting_for_slots" && t.job && !interrupted_ && t.fail_reason.empty() &&
       pool_->size(t.rec.id) >= min_np_) {
     t.fail_reason = "its workers failed on every host of its share (last: " + t.last_failure + ")";
+    pool_->hold(t.rec.id);
     t.job->terminate();
   }
   // The host itself failed (its daemon was lost or could not start): it leaves the pool.

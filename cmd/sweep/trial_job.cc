@@ -7,6 +7,8 @@
 #include <boost/asio/write.hpp>
 #include <fmt/format.h>
 
+#include <cerrno>
+#include <cstring>
 #include <fcntl.h>
 #include <fstream>
 #include <unistd.h>
@@ -17,12 +19,13 @@ namespace asio = boost::asio;
 using namespace std::chrono_literals;
 
 TrialJob::TrialJob(asio::io_context& io, Callbacks cb, std::filesystem::path events)
-    : io_(io), cb_(std::move(cb)), reports_(io), events_timer_(io), events_path_(std::move(events)) {}
+    : io_(io), cb_(std::move(cb)), reports_(io), hosts_(io), events_timer_(io), events_path_(std::move(events)) {}
 
 TrialJob::~TrialJob() {
   alive_.reset();
   boost::system::error_code ec;
   reports_.close(ec);
+  hosts_.close(ec);
   events_timer_.cancel();
   if (child_ && !child_->reaped()) child_->signal(SIGTERM);
   // ChildProcess's destructor kills it (SIGKILL) if it is still there, and reaps it.
@@ -34,6 +37,9 @@ Result<std::unique_ptr<TrialJob>> TrialJob::start(asio::io_context& io, const Tr
   boost::system::error_code ec;
   asio::local::connect_pair(t->reports_, theirs, ec);
   if (ec) return fail("socketpair: " + ec.message());
+  int feed[2];
+  if (::pipe2(feed, O_CLOEXEC) != 0) return fail(fmt::format("pipe: {}", std::strerror(errno)));
+  t->hosts_.assign(feed[1]);
   std::string output = (launch.dir / "output.log").string();
   int out = ::open(output.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   if (out < 0) return fail(fmt::format("cannot open {}", output));
@@ -44,10 +50,11 @@ Result<std::unique_ptr<TrialJob>> TrialJob::start(asio::io_context& io, const Tr
   spec.argv = {launch.program};
   spec.argv.insert(spec.argv.end(), launch.args.begin(), launch.args.end());
   // The job's own options end where the command begins: put ours first.
-  spec.argv.insert(spec.argv.begin() + 1, {"--report-fd", "3", "--events", t->events_path_.string()});
+  spec.argv.insert(spec.argv.begin() + 1,
+                   {"--report-fd", "3", "--host-discovery-fd", "4", "--events", t->events_path_.string()});
   spec.env = launch.env;
   spec.in = ChildSpec::Stdio::null;
-  spec.fds = {{1, out}, {2, out}, {3, theirs.native_handle()}};
+  spec.fds = {{1, out}, {2, out}, {3, theirs.native_handle()}, {4, feed[0]}};
   spec.death_signal = SIGTERM;  // the job then stops its workers
   // In the sweep's process group (^C in a terminal reaches every job), not one of its
   // own: killing the job must not kill its local daemons with it, which get their death
@@ -61,11 +68,13 @@ Result<std::unique_ptr<TrialJob>> TrialJob::start(asio::io_context& io, const Tr
     if (self->cb_.on_exit) self->cb_.on_exit(status);
   });
   ::close(out);
+  ::close(feed[0]);
   theirs.close(ec);
   if (!child) return fail(fmt::format("cannot start {}: {}", launch.program, child.error()));
   t->child_ = std::move(*child);
   t->read_reports();
   t->follow_events();
+  t->send_hosts(launch.hosts);  // in the pipe before the job reads it
   return t;
 }
 
@@ -91,6 +100,23 @@ void TrialJob::answer(std::int64_t step, bool stop) {
   auto line = std::make_shared<std::string>(
       nlohmann::json{{"step", step}, {"decision", stop ? "stop" : "continue"}}.dump() + "\n");
   asio::async_write(reports_, asio::buffer(*line), [line](boost::system::error_code, std::size_t) {});
+}
+
+void TrialJob::send_hosts(const std::string& hosts) {
+  hosts_next_ = hosts + "\n";  // the empty line that ends a list
+  if (hosts_out_.empty()) write_hosts();
+}
+
+void TrialJob::write_hosts() {
+  hosts_out_ = std::exchange(hosts_next_, {});
+  if (hosts_out_.empty()) return;
+  std::weak_ptr<char> alive = alive_;
+  asio::async_write(hosts_, asio::buffer(hosts_out_), [this, alive](boost::system::error_code ec, std::size_t) {
+    if (alive.expired()) return;
+    hosts_out_.clear();
+    // A job that has ended reads no more: its exit is reported on its own.
+    if (!ec) write_hosts();
+  });
 }
 
 void TrialJob::terminate() const {

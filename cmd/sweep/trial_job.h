@@ -1,6 +1,6 @@
-// One trial's elastic job: a child `elasticrun` (this very binary) with the trial's
-// share of the pool as its discovery output, its reports coming in on a socket (its
-// --report-fd) and answered there, and its --events file followed.
+// One trial's elastic job: a child `elasticrun` (this very binary) fed the trial's share
+// of the pool on a pipe (its --host-discovery-fd), its reports coming in on a socket
+// (its --report-fd) and answered there, and its --events file followed.
 //
 // Lifetime: owned by the sweep; no callback runs after it is destroyed, and a callback
 // may destroy it. Destroying it with the job still running kills the job's elasticrun
@@ -12,6 +12,7 @@
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/local/stream_protocol.hpp>
+#include <boost/asio/posix/stream_descriptor.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/streambuf.hpp>
 
@@ -28,7 +29,8 @@ namespace elasticrun::sweep {
 
 struct TrialLaunch {
   std::string program;             // the elasticrun binary
-  std::vector<std::string> args;   // its options, without --report-fd and --events
+  std::vector<std::string> args;   // its options, without --report-fd, --host-discovery-fd and --events
+  std::string hosts;               // its first share of the pool ("host:slots" lines)
   std::vector<std::string> env;    // KEY=VALUE, all of it
   std::filesystem::path dir;       // the trial's directory: events.jsonl, output.log
 };
@@ -50,6 +52,9 @@ class TrialJob {
 
   // The decision for the report received last.
   void answer(std::int64_t step, bool stop);
+  // The trial's share of the pool changed: "host:slots" lines (the job's feed
+  // coalesces: a share sent while an earlier one is still being written replaces it).
+  void send_hosts(const std::string& hosts);
   // Asks the job to stop (elasticrun stops its workers: SIGTERM, then SIGKILL).
   void terminate() const;
   int pid() const { return child_->pid(); }
@@ -59,12 +64,16 @@ class TrialJob {
   void read_reports();
   void follow_events();
   void read_new_events();
+  void write_hosts();
 
   boost::asio::io_context& io_;
   Callbacks cb_;
   std::unique_ptr<ChildProcess> child_;
   boost::asio::local::stream_protocol::socket reports_;
   boost::asio::streambuf in_;
+  boost::asio::posix::stream_descriptor hosts_;  // the feed's writing end
+  std::string hosts_out_;      // being written
+  std::string hosts_next_;     // to write after it; empty: nothing
   boost::asio::steady_timer events_timer_;
   std::filesystem::path events_path_;
   std::uintmax_t events_offset_ = 0;

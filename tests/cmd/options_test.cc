@@ -224,6 +224,39 @@ TEST(Options, ReportFdMustBeAnOpenStreamSocket) {
   for (int fd : {sv[0], p[0], p[1], dgram}) ::close(fd);
 }
 
+TEST(Options, HostDiscoveryFdIsAPipeOrStreamSocketAndMakesTheJobElastic) {
+  int p[2], sv[2];
+  ASSERT_EQ(::pipe(p), 0);
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+  auto r = parse({"--host-discovery-fd", std::to_string(p[0]), "-np", "2", "prog"});
+  ASSERT_TRUE(r.ok()) << r.error();
+  const Options& o = *r->options;
+  EXPECT_EQ(o.discovery_fd, p[0]);
+  EXPECT_TRUE(o.elastic);
+  EXPECT_TRUE(o.discovered());
+  EXPECT_TRUE(o.hosts.empty());  // they come from the feed
+  EXPECT_EQ(o.min_np, 2);
+  ASSERT_TRUE(parse({"--host-discovery-fd", std::to_string(sv[0]), "prog"}).ok());
+  EXPECT_EQ(parse({"prog"})->options->discovery_fd, -1);
+  auto error = [](std::vector<std::string> args) {
+    auto r = parse(std::move(args));
+    return r.ok() ? std::string("accepted") : r.error();
+  };
+  std::string fd = std::to_string(p[0]);
+  EXPECT_EQ(error({"--host-discovery-fd", "x", "prog"}), "--host-discovery-fd 'x': expected a file descriptor number");
+  EXPECT_EQ(error({"--host-discovery-fd", "0", "prog"}),
+            "--host-discovery-fd 0: standard input, output and error cannot carry host lists");
+  EXPECT_EQ(error({"--host-discovery-fd", fd, "-H", "a:1", "prog"}), "give --host-discovery-fd or -H/--hostfile, not both");
+  EXPECT_EQ(error({"--host-discovery-fd", fd, "--host-discovery-script", "/bin/true", "prog"}),
+            "give --host-discovery-script or --host-discovery-fd, not both");
+  EXPECT_EQ(error({"--host-discovery-fd", std::to_string(sv[0]), "--report-fd", std::to_string(sv[0]), "prog"}),
+            "--host-discovery-fd and --report-fd are both " + std::to_string(sv[0]) + ": give each a descriptor of its own");
+  int file = ::open("/proc/self/status", O_RDONLY | O_CLOEXEC);
+  EXPECT_EQ(error({"--host-discovery-fd", std::to_string(file), "prog"}),
+            "--host-discovery-fd " + std::to_string(file) + ": not a pipe or a stream socket");
+  for (int f : {p[0], p[1], sv[0], sv[1], file}) ::close(f);
+}
+
 TEST(Options, HelpAndVersionPrint) {
   auto h = parse({"--help"});
   ASSERT_TRUE(h.ok());

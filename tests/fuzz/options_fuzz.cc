@@ -71,6 +71,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   for (char c : o.run_id)
     if (!std::isalnum(static_cast<unsigned char>(c)) && !std::strchr("._:-", c)) violated("bad run id");
   if (o.elastic && o.min_np < 1) violated("elastic without min-np");
+  if (o.discovered() && (!o.elastic || !o.hosts.empty())) violated("discovered hosts outside elastic mode or beside -H");
+  if (o.discovery_fd >= 0 && (o.discovery_fd <= 2 || o.discovery_fd == o.report_fd)) violated("bad host feed descriptor");
   if (o.elastic && o.max_np > 0 && o.max_np < o.min_np) violated("max-np below min-np");
   if (o.start_timeout.count() <= 0) violated("non-positive start timeout");
   if (o.ssh.port != 0 && (o.ssh.port < 1 || o.ssh.port > 65535)) violated("ssh port out of range");

@@ -94,6 +94,21 @@ TEST(Pool, RankingDecidesWhoGrows) {
   EXPECT_EQ(pool.size("x"), 1);
 }
 
+TEST(Pool, AHeldTrialKeepsItsSlotsAndGetsNoMore) {
+  Pool pool;
+  pool.add_host("a", 4);
+  ASSERT_TRUE(pool.start(need("x", 1, 4), 0));
+  ASSERT_TRUE(pool.start(need("y", 1, 4), 1));
+  pool.hold("x");  // x is stopping
+  pool.hold("unknown");
+  EXPECT_EQ(pool.allocate(), (std::vector<std::string>{"y"}));
+  EXPECT_EQ(pool.size("x"), 1);
+  EXPECT_EQ(pool.size("y"), 3);
+  pool.release("x");
+  EXPECT_EQ(pool.allocate(), (std::vector<std::string>{"y"}));
+  EXPECT_EQ(pool.size("y"), 4);
+}
+
 TEST(Pool, PlacementPrefersAHostTheTrialAlreadyUses) {
   Pool pool;
   pool.add_host("a", 2);
