@@ -120,26 +120,27 @@ Result<void> Experiment::add_trial(const TrialRecord& t) {
   fs::create_directories(checkpoint_dir(t.id), ec);
   if (ec) return fail(fmt::format("cannot create {}: {}", checkpoint_dir(t.id).string(), ec.message()));
   if (auto ok = write_file_atomically(trial_dir(t.id) / "params.json", t.config.dump(2) + "\n", true); !ok) return ok;
-  return save_trial(t);
-}
-
-Result<void> Experiment::save_trial(const TrialRecord& t) {
   return write_file_atomically(trial_dir(t.id) / "status.json", t.to_json().dump() + "\n");
 }
 
-Result<void> Experiment::append_result(const std::string& id, const nlohmann::json& line) {
-  std::ofstream out(trial_dir(id) / "results.jsonl", std::ios::app);
-  out << line.dump() << "\n";
-  out.flush();
-  if (!out) return fail(fmt::format("cannot append to {}", (trial_dir(id) / "results.jsonl").string()));
-  return {};
+void Experiment::save_trial(const TrialRecord& t) {
+  writer_->replace(trial_dir(t.id) / "status.json", t.to_json().dump() + "\n");
 }
 
-Result<void> Experiment::save_scheduler(const nlohmann::json& state) {
-  return write_file_atomically(root_ / "scheduler.json", state.dump() + "\n");
+void Experiment::save_params(const TrialRecord& t) {
+  writer_->replace(trial_dir(t.id) / "params.json", t.config.dump(2) + "\n", true);
+}
+
+void Experiment::append_result(const std::string& id, const nlohmann::json& line) {
+  writer_->append(trial_dir(id) / "results.jsonl", line.dump() + "\n");
+}
+
+void Experiment::save_scheduler(const nlohmann::json& state) {
+  writer_->replace(root_ / "scheduler.json", state.dump() + "\n");
 }
 
 std::vector<nlohmann::json> Experiment::results(const std::string& id) const {
+  writer_->flush();
   std::vector<nlohmann::json> out;
   std::ifstream in(trial_dir(id) / "results.jsonl");
   std::string line;

@@ -12,14 +12,17 @@
 //
 // Files that are rewritten are replaced whole (written aside, renamed), so a kill at any
 // moment leaves the old version or the new one; the definition and the parameters are
-// also flushed to the disk first.
+// also flushed to the disk first. While the sweep runs, status, results and scheduler
+// state are written behind its back (write_behind.h): its loop never waits for the disk.
 #pragma once
 
+#include "cmd/sweep/write_behind.h"
 #include "common/result.h"
 
 #include <nlohmann/json.hpp>
 
 #include <filesystem>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -54,17 +57,21 @@ class Experiment {
 
   std::filesystem::path trial_dir(const std::string& id) const { return root_ / "trials" / id; }
   std::filesystem::path checkpoint_dir(const std::string& id) const { return trial_dir(id) / "checkpoint"; }
-  // Creates the trial's directory and records it.
+  // Creates the trial's directory and records it (written before it returns).
   Result<void> add_trial(const TrialRecord& t);
-  Result<void> save_trial(const TrialRecord& t);
-  Result<void> append_result(const std::string& id, const nlohmann::json& line);
-  Result<void> save_scheduler(const nlohmann::json& state);
+  // Written behind (errors are logged):
+  void save_trial(const TrialRecord& t);
+  void save_params(const TrialRecord& t);  // flushed to the disk too (pbt changes them)
+  void append_result(const std::string& id, const nlohmann::json& line);
+  void save_scheduler(const nlohmann::json& state);
   // Every report of the trial so far.
   std::vector<nlohmann::json> results(const std::string& id) const;
 
  private:
-  explicit Experiment(std::filesystem::path root) : root_(std::move(root)) {}
+  explicit Experiment(std::filesystem::path root)
+      : root_(std::move(root)), writer_(std::make_unique<WriteBehind>()) {}
   std::filesystem::path root_;
+  std::unique_ptr<WriteBehind> writer_;
   nlohmann::json spec_;
   std::vector<TrialRecord> trials_;
 };

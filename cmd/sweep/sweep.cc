@@ -133,7 +133,7 @@ void Sweep::on_report(Trial& t, const nlohmann::json& r) {
   if (!m.contains(metric_) || !m[metric_].is_number()) {
     ER_LOG(driver, warn, "trial {} reported step {} without the metric '{}'", t.rec.id, step, metric_);
     t.job->answer(static_cast<std::int64_t>(step), t.stopping);
-    (void)exp_->append_result(t.rec.id, line);
+    exp_->append_result(t.rec.id, line);
     return;
   }
   double v = m[metric_].get<double>();
@@ -150,8 +150,8 @@ void Sweep::on_report(Trial& t, const nlohmann::json& r) {
     if (d.action == Decision::Action::exploit) t.exploit = d;
   }
   t.job->answer(static_cast<std::int64_t>(step), t.stopping);
-  (void)exp_->append_result(t.rec.id, line);
-  (void)exp_->save_scheduler(scheduler_->state());
+  exp_->append_result(t.rec.id, line);
+  exp_->save_scheduler(scheduler_->state());
   save(t);
   events_.emit("trial_result", {{"trial", t.rec.id}, {"step", step}, {"metric", v}, {"workers", t.workers}});
   if (!decided) return;
@@ -222,7 +222,7 @@ void Sweep::on_exit(Trial& t, int status) {
     fs::copy(theirs, mine, fs::copy_options::recursive, ec);
     if (ec) fs::create_directories(mine, ec);
     t.rec.config = d.new_config;
-    (void)write_file_atomically(exp_->trial_dir(t.rec.id) / "params.json", t.rec.config.dump(2) + "\n", true);
+    exp_->save_params(t.rec);
     ++t.rec.restarts;
     t.rec.state = "pending";
     save(t);
@@ -246,7 +246,7 @@ void Sweep::end_trial(Trial& t, const std::string& state, const std::string& why
   t.rec.state = state;
   t.rec.why = why;
   scheduler_->on_trial_finished(t.rec.id);
-  (void)exp_->save_scheduler(scheduler_->state());
+  exp_->save_scheduler(scheduler_->state());
   save(t);
   events_.emit("trial_ended", {{"trial", t.rec.id}, {"state", state}, {"why", why}, {"step", t.rec.last_step},
                                {"best", t.rec.best_metric ? nlohmann::json(*t.rec.best_metric) : nlohmann::json()}});
@@ -264,7 +264,7 @@ void Sweep::account_usage() {
 }
 
 void Sweep::save(const Trial& t) {
-  if (auto ok = exp_->save_trial(t.rec); !ok) ER_LOG(driver, error, "{}", ok.error());
+  exp_->save_trial(t.rec);
 }
 
 // The first signal stops every trial's job (each stops its workers) and waits for them;

@@ -92,7 +92,7 @@ Result<void> Sweep::prepare() {
       scheduler_->on_trial_added(t.rec.id, t.rec.config);
       trials_.push_back(std::move(t));
     }
-    if (auto ok = exp_->save_scheduler(scheduler_->state()); !ok) return ok;
+    exp_->save_scheduler(scheduler_->state());
   }
   return {};
 }
