@@ -2,6 +2,7 @@
 """elasticrun sweep's schedulers against each other and against Optuna, on one objective.
 
     bench/hpo_bench.py [--runs 3] [--samples 16] [--slots 4] [--step-ms 50] [--build build]
+                       [--only fifo,optuna-fifo,...]
 
 The objective is build/examples/trial_objective (loss at step s: q + exp(-s/50) with
 q = (log10(lr) + 1)^2 + (momentum - 0.9)^2, so its optimum lr = 0.1, momentum = 0.9 ranks
@@ -14,8 +15,12 @@ the same at every step), --steps 60, a report every 5 steps, --step-ms per step.
   asha-strict  the same with --asha-rule strict (Optuna's rule at a rung)
   optuna  Debian's Optuna (python3-optuna) with its SuccessiveHalvingPruner (min_resource 5,
           reduction_factor 3), the same configurations enqueued, n_jobs = --slots threads,
-          each trial the same program under `elasticrun -np 1 --report-fd`, its reports
+          each trial the same program under `elasticrun -np 1 --report-fd` (checkpointing
+          into a directory of its own, as under the sweep), its reports
           answered with trial.report / trial.should_prune: a Python loop of the same trials
+  optuna-fifo  the same loop without a pruner (optuna.pruners.NopPruner): every trial to
+          the end, the same steps as fifo, so that fifo / optuna-fifo is the launchers'
+          own cost per trial, free of the order in which trials reach a rung
 
 Per run it measures the best loss found, the slot-seconds spent (each trial's slots times
 the time its job ran), the wall time, and for the sweeps the pool's utilisation while trials
@@ -81,11 +86,12 @@ def run_sweep(o, scheduler, workdir):
             "stopped": fin["stopped"], "steps": steps, "configs": sampled(exp)}
 
 
-def run_optuna(o, space_list):
+def run_optuna(o, space_list, workdir, prune=True):
     import optuna
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    study = optuna.create_study(direction="minimize",
-                                pruner=optuna.pruners.SuccessiveHalvingPruner(min_resource=5, reduction_factor=3))
+    pruner = (optuna.pruners.SuccessiveHalvingPruner(min_resource=5, reduction_factor=3) if prune
+              else optuna.pruners.NopPruner())
+    study = optuna.create_study(direction="minimize", pruner=pruner)
     for c in space_list:
         study.enqueue_trial(c)
     lock = threading.Lock()
@@ -97,10 +103,14 @@ def run_optuna(o, space_list):
         cfg = {"lr": trial.suggest_float("lr", 1e-3, 1, log=True),
                "momentum": trial.suggest_float("momentum", 0.5, 0.99)}
         ours, theirs = socket.socketpair()
-        env = dict(os.environ, ELASTICRUN_TRIAL_CONFIG=json.dumps(cfg))
+        # The same program doing the same work as under the sweep: it checkpoints into a
+        # directory of its own at every report (ELASTICRUN_TRIAL_DIR), as a trial does.
+        ckpt = tempfile.mkdtemp(prefix=f"optuna-trial-{trial.number}-", dir=workdir)
+        env = dict(os.environ, ELASTICRUN_TRIAL_CONFIG=json.dumps(cfg), ELASTICRUN_TRIAL_DIR=ckpt)
         t0 = time.monotonic()
         p = subprocess.Popen([f"{o.build}/cmd/elasticrun", "-np", "1", "--report-fd", str(theirs.fileno()),
-                              "-x", "ELASTICRUN_TRIAL_CONFIG", f"{o.build}/examples/trial_objective",
+                              "-x", "ELASTICRUN_TRIAL_CONFIG", "-x", "ELASTICRUN_TRIAL_DIR",
+                              f"{o.build}/examples/trial_objective",
                               "--steps", "60", "--report-every", "5", "--step-ms", str(o.step_ms)],
                              pass_fds=[theirs.fileno()], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         theirs.close()
@@ -141,9 +151,17 @@ def main():
     p.add_argument("--step-ms", type=int, default=50)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--build", default=str(ROOT / "build"))
+    p.add_argument("--only", default="fifo,asha,asha-strict,optuna,optuna-fifo",
+                   help="comma-separated: which of fifo, asha, asha-strict, optuna, optuna-fifo to run")
     o = p.parse_args()
+    names = ["fifo", "asha", "asha-strict", "optuna", "optuna-fifo"]
+    chosen = o.only.split(",")
+    if not chosen or any(c not in names for c in chosen):
+        p.error(f"--only: choose from {','.join(names)}")
+    if not any(c in ("fifo", "asha", "asha-strict") for c in chosen):
+        p.error("--only: Optuna is given the configurations a sweep drew: name at least one sweep")
     space_list = None  # the configurations the sweeps drew (the same seed each run): Optuna gets these
-    results = {"fifo": [], "asha": [], "asha-strict": [], "optuna": []}
+    results = {k: [] for k in names if k in chosen}
     failures = []
     with tempfile.TemporaryDirectory() as d:
         for run in range(o.runs):
@@ -151,8 +169,11 @@ def main():
                 w = Path(d) / f"run{run}"
                 w.mkdir(exist_ok=True)
                 try:
-                    r = run_optuna(o, space_list) if name == "optuna" else run_sweep(o, name, w)
-                    if name != "optuna":
+                    if name.startswith("optuna"):
+                        r = run_optuna(o, space_list, w, prune=name == "optuna")
+                    else:
+                        r = run_sweep(o, name, w)
+                    if not name.startswith("optuna"):
                         if space_list is None:
                             space_list = r["configs"]
                         elif r["configs"] != space_list:
@@ -170,16 +191,24 @@ def main():
     for k, m in med.items():
         print(f"| {k} | {m['best']:.6f} | {m['slot_s']:.1f} | {m['wall']:.2f} | {m['stopped']:.0f} | "
               f"{m['steps']:.0f} | {m['util']:.3f} |")
-    if set(results) <= med.keys():
+    ratios = {}
+    if {"fifo", "optuna-fifo"} <= med.keys():
+        f, of = med["fifo"], med["optuna-fifo"]
+        print(f"\nthe same {f['steps']:.0f} steps in both: fifo's slot-seconds less optuna-fifo's, per trial: "
+              f"{(f['slot_s'] - of['slot_s']) / o.samples * 1000:+.1f} ms")
+        ratios["fifo wall / optuna-fifo wall (same steps)"] = (f["wall"] / of["wall"], "<= 1.00")
+    if {"fifo", "optuna"} <= med.keys():
         f, op = med["fifo"], med["optuna"]
-        ratios = {}
         for name in ("asha", "asha-strict"):
+            if name not in med:
+                continue
             a = med[name]
             ratios.update({f"{name} best / fifo best": (a["best"] / f["best"], "<= 1.01"),
                            f"{name} slot-s / fifo slot-s": (a["slot_s"] / f["slot_s"], "<= 0.40"),
                            f"{name} utilisation while waiting": (a["util"], ">= 0.90"),
                            f"{name} wall / optuna wall": (a["wall"] / op["wall"], "<= 1.00"),
                            f"{name} best / optuna best": (a["best"] / op["best"], "<= 1.00")})
+    if ratios:
         print("\n| ratio | value | target |\n| --- | ---: | --- |")
         for k, (v, target) in ratios.items():
             print(f"| {k} | {v:.3f} | {target} |")
