@@ -2,6 +2,7 @@
 
 #include "common/env.h"
 #include "common/log.h"
+#include "common/python_command.h"
 #include "common/shm_dirs.h"
 #include "common/socket_options.h"
 #include "daemon/device_hint.h"
@@ -148,6 +149,8 @@ void Supervisor::handle(const Frame& f) {
           config_->host_timeout_ms < 2ull * config_->heartbeat_ms)
         throw wire::DecodeError(fmt::format("bad heartbeat settings: timeout {} ms, interval {} ms",
                                             config_->host_timeout_ms, config_->heartbeat_ms));
+      for (const auto& m : config_->preload)
+        if (!is_dotted_module_name(m)) throw wire::DecodeError(fmt::format("bad preload module name '{}'", m));
       driver_timeout_ = std::chrono::milliseconds(config_->host_timeout_ms);
       // A connection from the driver (elasticrund --listen) gets the job's bound too.
       net::keep_alive(stream_.native_handle(), driver_timeout_);
