@@ -236,14 +236,16 @@ void Supervisor::on_spawn(const msg::Spawn& s) {
   std::string given = std::string(env::kTorchErrorFile) + "=" + error_file;
   bool ours = !error_file.empty() && std::find(spec.env.begin(), spec.env.end(), given) != spec.env.end();
   if (auto dir = make_shm_dir(s.slot); !dir.empty()) spec.env.push_back("UCX_POSIX_DIR=" + dir);
-  auto pid = launcher_->spawn(spec);
-  if (!pid) {
-    send(msg::SpawnFailed{s.slot, pid.error()});
-    return;
-  }
-  if (ours) error_file_of_[*pid] = error_file;
-  if (record_) record_->add(*pid);
-  send(msg::Started{s.slot, static_cast<std::uint32_t>(*pid)});
+  if (!ours) error_file.clear();
+  launcher_->spawn(spec, [this, slot = s.slot, error_file](Result<int> pid) {
+    if (!pid) {
+      send(msg::SpawnFailed{slot, pid.error()});
+      return;
+    }
+    if (!error_file.empty()) error_file_of_[*pid] = error_file;
+    if (record_) record_->add(*pid);
+    send(msg::Started{slot, static_cast<std::uint32_t>(*pid)});
+  });
 }
 
 // A new port for the epoch's MASTER_PORT; the one held for the epoch before is let go.
