@@ -56,6 +56,9 @@ class Launcher {
 };
 
 std::unique_ptr<Launcher> make_process_launcher(boost::asio::io_context& io, WorkerEvents events);
+// With modules to preload, the fork-server launcher; without, the process launcher.
+std::unique_ptr<Launcher> make_launcher(boost::asio::io_context& io, WorkerEvents events,
+                                        std::vector<std::string> preload);
 
 // The worker's program: argv[0], relative to the worker's directory when it is a
 // relative path, else looked up in the worker's PATH.

@@ -28,6 +28,10 @@ Supervisor::Supervisor(asio::io_context& io, int in_fd, int out_fd, std::functio
       on_done_(std::move(on_done)), options_(std::move(options)), kill_timer_(io), watchdog_(io), beat_timer_(io),
       error_files_(shm_dirs::errors_path(::getpid())) {
   if (!options_.state_dir.empty()) record_ = std::make_unique<JobRecord>(options_.state_dir);
+  launcher_ = make_process_launcher(io, worker_events());
+}
+
+WorkerEvents Supervisor::worker_events() {
   WorkerEvents ev;
   ev.on_output = [this](std::uint32_t slot, int stream, std::span<const std::uint8_t> data) {
     send(msg::Output{slot, static_cast<std::uint8_t>(stream), wire::Bytes(data.begin(), data.end())});
@@ -46,7 +50,7 @@ Supervisor::Supervisor(asio::io_context& io, int in_fd, int out_fd, std::functio
     send(e);
     finish_if_idle();
   };
-  launcher_ = make_process_launcher(io, std::move(ev));
+  return ev;
 }
 
 Supervisor::~Supervisor() {
@@ -151,6 +155,8 @@ void Supervisor::handle(const Frame& f) {
                                             config_->host_timeout_ms, config_->heartbeat_ms));
       for (const auto& m : config_->preload)
         if (!is_dotted_module_name(m)) throw wire::DecodeError(fmt::format("bad preload module name '{}'", m));
+      // No worker runs before the config: the launcher can still be chosen.
+      if (!config_->preload.empty()) launcher_ = make_launcher(io_, worker_events(), config_->preload);
       driver_timeout_ = std::chrono::milliseconds(config_->host_timeout_ms);
       // A connection from the driver (elasticrund --listen) gets the job's bound too.
       net::keep_alive(stream_.native_handle(), driver_timeout_);
