@@ -18,6 +18,8 @@ namespace {
 namespace asio = boost::asio;
 
 constexpr int kServerFd = 3;  // the server's end of the socket pair, as fork_server.py reads it
+// How long a server whose socket closed may take to end, so that its exit status says why.
+constexpr std::chrono::milliseconds kEndLimit{200};
 
 std::string end_text(int status) {
   if (WIFSIGNALED(status)) return fmt::format("it was killed by signal {} ({})", WTERMSIG(status), ::strsignal(WTERMSIG(status)));
@@ -128,9 +130,11 @@ void ForkServer::read() {
       handle(parser_.pop());
       if (alive.expired() || gone_) return;
     }
-    if (ec == asio::error::eof) return gone("it closed its socket");
-    if (ec) return gone("reading from it failed: " + ec.message());
-    read();
+    if (!ec) return read();
+    // A server that ended closed its socket as it went (a reset, when it left requests
+    // unread): its exit status says more.
+    if (auto status = child_->wait_for(kEndLimit)) return gone(end_text(*status));
+    gone(ec == asio::error::eof ? "it closed its socket" : "reading from it failed: " + ec.message());
   });
 }
 
