@@ -72,6 +72,15 @@ if __name__ == "__main__":
     report(FIRST, TORCH_FIRST, __file__)
 '''
 
+# Preloaded beside torch: what a module may do at import that no worker must inherit.
+PRELOADED = r'''
+import os, signal
+signal.signal(signal.SIGUSR1, signal.SIG_IGN)
+signal.signal(signal.SIGTERM, lambda *_: None)
+os.environ["PROBE_X"] = "set by a preloaded module"
+print("printed by a preloaded module", flush=True)
+'''
+
 CODE = ("import sys; F, T = sorted(globals()), 'torch' in sys.modules; import probe; "
         "probe.report(F, T)")
 MODES = {
@@ -85,6 +94,7 @@ MODES = {
 @pytest.fixture
 def probe(tmp_path):
     (tmp_path / "probe.py").write_text(PROBE)
+    (tmp_path / "probe_preloaded.py").write_text(PRELOADED)
     return tmp_path
 
 
@@ -95,9 +105,9 @@ def normalised(text):
 
 
 def run_both(job, cwd, args, timeout=120):
-    """The same job without and with --preload torch (each from `cwd`)."""
+    """The same job without and with --preload (each from `cwd`, which has the probe)."""
     plain = job.run(args, timeout=timeout, cwd=cwd)
-    preloaded = job.run(["--preload", "torch,numpy", *args], timeout=timeout, cwd=cwd)
+    preloaded = job.run(["--preload", "torch,numpy,probe_preloaded", *args], timeout=timeout, cwd=cwd)
     return plain, preloaded
 
 
@@ -233,6 +243,64 @@ def test_a_sigkilled_daemon_leaves_no_worker_and_no_fork_server(job, tmp_path):
     finally:
         p.kill()
         run.finish()
+
+
+def test_a_fork_server_killed_mid_job_fails_its_workers_and_later_ones_are_exec_d(job, tmp_path):
+    """Its workers die with it, reported killed by SIGKILL (nobody can say more); the job
+    restarts them (restart mode) by exec, and finishes."""
+    code = ("import os, sys, time; restart = os.environ['TORCHELASTIC_RESTART_COUNT']; "
+            "print('up', restart, os.getppid(), os.getpid(), flush=True); time.sleep(60 if restart == '0' else 0)")
+    run = Streamed(job.start(["--preload", "json", "--max-restarts", 1, "-np", 2, PYTHON, "-c", code], cwd=tmp_path))
+    ups = lambda restart: [l.split()[-2:] for l in run.out if f"<stdout>: up {restart} " in l]
+    deadline = time.monotonic() + 60
+    while len(ups(0)) < 2 and time.monotonic() < deadline and run.proc.poll() is None:
+        time.sleep(0.05)
+    (server, _), (other, _) = ups(0)
+    assert server == other and b"elasticrund's fork server" in Path(f"/proc/{server}/cmdline").read_bytes()
+    daemon = parent_of(int(server))
+    os.kill(int(server), signal.SIGKILL)
+    rc, out, err = run.finish(timeout=60)
+    assert rc == 0, err
+    assert err.count("fork server of") == 1 and re.search(r"failed: it was killed by signal 9 .*; this job's "
+                                                          r"workers start without it", err), err
+    assert re.search(r"rank \d \(host 'localhost', slot \d, pid \d+\) was killed by signal 9 \(SIGKILL\); "
+                     r"restarting every worker \(restart 1 of 1\)", err), err
+    second = ups(1)
+    assert len(second) == 2 and all(int(parent) == daemon for parent, _ in second), out  # exec'd by the daemon
+
+
+def test_a_worker_signalled_while_the_server_imports_gets_the_signal_once_forked(job, tmp_path):
+    """The driver is interrupted while the fork server still imports (2 s): the daemon's
+    SIGTERM to the workers waits for their fork, and they end at once, as workers that
+    had just started would, with what they started (their process group: the fixture
+    finds any process left)."""
+    (tmp_path / "slow_import.py").write_text("import time\ntime.sleep(2)\n")
+    code = "import subprocess, time; subprocess.Popen(['sleep', '60']); time.sleep(60)"
+    p = job.start(["--preload", "slow_import", "-np", 2, PYTHON, "-c", code], cwd=tmp_path)
+    deadline = time.monotonic() + 30
+    while not any(b"elasticrund's fork server" in Path(f"/proc/{pid}/cmdline").read_bytes()
+                  for pid in our_processes(job.tag) if Path(f"/proc/{pid}").exists()):
+        assert time.monotonic() < deadline and p.poll() is None
+        time.sleep(0.02)
+    interrupted = time.monotonic()
+    p.send_signal(signal.SIGTERM)
+    _, err = p.communicate(timeout=60)
+    assert time.monotonic() - interrupted < 6, err  # the import's 2 s, then at once
+    assert "fork server" not in err, err
+
+
+def test_stopping_a_job_stops_what_its_forked_workers_started(job, tmp_path):
+    """A forked worker leads its own process group, as an exec'd one does: the daemon's
+    signals reach what it started (the fixture finds any process left)."""
+    code = "import subprocess, time; subprocess.Popen(['sleep', '60']); print('up', flush=True); time.sleep(60)"
+    run = Streamed(job.start(["--preload", "json", "-np", 2, PYTHON, "-c", code], cwd=tmp_path))
+    deadline = time.monotonic() + 30
+    while sum("<stdout>: up" in l for l in run.out) < 2:
+        assert time.monotonic() < deadline and run.proc.poll() is None, "".join(run.err)
+        time.sleep(0.05)
+    run.proc.send_signal(signal.SIGTERM)
+    rc, _, err = run.finish(timeout=30)
+    assert "interrupted by SIGTERM; stopping all workers" in err, err
 
 
 @pytest.mark.parametrize("value, bad", [("torch,,x", "an empty name"), ("torch-x", "'torch-x'"), ("", "an empty name"),
