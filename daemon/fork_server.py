@@ -391,6 +391,8 @@ def _print_uncaught(e):
     tb = _without_server_frames(e.__traceback__)
     e.__traceback__ = tb
     sys.last_type, sys.last_value, sys.last_traceback = type(e), e, tb
+    if sys.version_info >= (3, 12):
+        sys.last_exc = e
     hook = getattr(sys, "excepthook", None)
     if hook is None:
         print("sys.excepthook is missing", file=sys.stderr)
