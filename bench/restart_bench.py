@@ -1,6 +1,6 @@
 #!/usr/bin/python3
-"""Recovery of an unmodified DDP script in restart mode: elasticrun --max-restarts against
-torchrun, same script, same kill.
+"""Recovery of an unmodified DDP script in restart mode: elasticrun --max-restarts, with and
+without --preload, against torchrun, same script, same kill.
 
     /usr/bin/python3 bench/restart_bench.py [--runs 5] [--np 2 4] [--build build]
                                             [--monitor-interval 5] [--step-ms 50]
@@ -9,12 +9,15 @@ For each launcher and worker count, --runs times, interleaved: start
 examples/python/ddp_torchrun.py (gloo, env://, a checkpoint at every step) on this machine
 with --np workers and 3 restarts allowed; once rank 1 has done step 10, SIGKILL it; the
 recovery is the time from the kill to the first step of the new generation (the earliest
-"step ... restart 1" line of any rank, stamped by the worker's wall clock). Then the job
-is interrupted (SIGTERM) and the next run starts. Prints a markdown table: the median
-and every sample per launcher, and the ratio elasticrun / torchrun (the target: 0.5 or
-less).
+"step ... restart 1" line of any rank, stamped by the worker's wall clock). Rank 1's pid is
+the one its start line prints (with --preload, /proc/PID/environ of every worker is the
+fork server's). Then the job is interrupted (SIGTERM) and the next run starts. Prints a
+markdown table: the median and every sample per launcher, and the ratios against
+torchrun (the target: 0.5 or less).
 
 elasticrun: `elasticrun -np N --max-restarts 3 /usr/bin/python3 ddp_torchrun.py ...`.
+elasticrun --preload: the same with `--preload torch,torch.distributed`: each host's fork
+server imports torch once, and every generation's workers are its forks.
 torchrun: Debian's `/usr/bin/python3 -m torch.distributed.run --standalone
 --nproc_per_node N --max_restarts 3 --monitor_interval M` (M: --monitor-interval, torchrun's
 default 5 s unless given). Under Python 3.11, torch 1.13's torchrun crashes in to_map:
@@ -39,6 +42,8 @@ ROOT = Path(__file__).resolve().parents[1]
 PYTHON = "/usr/bin/python3"
 SCRIPT = ROOT / "examples" / "python" / "ddp_torchrun.py"
 KILL_AFTER_STEP = 10
+LAUNCHERS = ("elasticrun", "elasticrun --preload", "torchrun")
+PRELOAD = "torch,torch.distributed"
 
 TORCHRUN_WRAPPER = '''\
 # torchrun with torch 1.13's Std.from_str fixed for Python 3.11 (see bench/restart_bench.py).
@@ -77,8 +82,10 @@ def parse():
 def command(o, launcher, n, workdir, wrapper):
     script = [str(SCRIPT), "--checkpoint", str(workdir / "ck.pt"), "--steps", "1000000", "--step-ms", str(o.step_ms),
               "--print-steps"]
-    if launcher == "elasticrun":
-        return [str(Path(o.build) / "cmd" / "elasticrun"), "-np", str(n), "--max-restarts", "3", PYTHON, *script]
+    if launcher.startswith("elasticrun"):
+        preload = ["--preload", PRELOAD] if launcher.endswith("--preload") else []
+        return [str(Path(o.build) / "cmd" / "elasticrun"), "-np", str(n), "--max-restarts", "3", *preload, PYTHON,
+                *script]
     return [PYTHON, str(wrapper), "--standalone", "--nproc_per_node", str(n), "--max_restarts", "3",
             "--monitor_interval", str(o.monitor_interval), *script]
 
@@ -99,17 +106,6 @@ def processes(tag):
     return out
 
 
-def rank_1_worker(tag):
-    for pid, env in processes(tag):
-        try:
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-        except OSError:
-            continue
-        if b"ddp_torchrun.py" in cmdline and b"RANK=1" in env and b"TORCHELASTIC_RESTART_COUNT=0" in env:
-            return pid
-    return None
-
-
 def one_run(o, launcher, n, wrapper):
     """Seconds from the SIGKILL of rank 1 to the first step of the next generation."""
     tag = uuid.uuid4().hex[:12]
@@ -117,12 +113,15 @@ def one_run(o, launcher, n, wrapper):
         env = dict(os.environ, ER_BENCH_TAG=tag)
         p = subprocess.Popen(command(o, launcher, n, Path(tmp), wrapper), stdout=subprocess.PIPE,
                              stderr=subprocess.STDOUT, text=True, env=env, cwd=tmp, start_new_session=True)
-        state = {"killed_at": None, "recovered_at": None}
+        state = {"killed_at": None, "recovered_at": None, "rank_1": None}
         ready = threading.Event()
         done = threading.Event()
 
         def read():
             for line in p.stdout:
+                start = re.search(r"ddp: rank 1 .* restart 0 port \d+ pid (\d+)", line)
+                if start:
+                    state["rank_1"] = int(start.group(1))
                 m = re.search(r"ddp: step (\d+) rank (\d+) restart (\d+) t=([\d.]+)", line)
                 if not m:
                     continue
@@ -138,7 +137,7 @@ def one_run(o, launcher, n, wrapper):
         try:
             if not ready.wait(o.timeout):
                 raise RuntimeError(f"{launcher}: rank 1 did not reach step {KILL_AFTER_STEP}")
-            pid = rank_1_worker(tag)
+            pid = state["rank_1"]
             if pid is None:
                 raise RuntimeError(f"{launcher}: no worker of rank 1 found")
             state["killed_at"] = time.time()
@@ -179,19 +178,20 @@ def main():
         samples = {}
         for n in o.np:
             for run in range(o.runs):
-                for launcher in ("elasticrun", "torchrun"):
+                for launcher in LAUNCHERS:
                     s = one_run(o, launcher, n, wrapper)
                     samples.setdefault((launcher, n), []).append(s)
                     print(f"# np {n} run {run + 1}/{o.runs} {launcher}: {s:.3f} s", file=sys.stderr, flush=True)
     print(f"Recovery from SIGKILL of rank 1 to the first step of the next generation, seconds "
           f"(median of {o.runs}; torchrun --monitor_interval {o.monitor_interval:g}; --step-ms {o.step_ms:g})\n")
-    print("| workers | elasticrun --max-restarts | torchrun | elasticrun / torchrun | elasticrun samples | torchrun samples |")
-    print("| ---: | ---: | ---: | ---: | --- | --- |")
+    print("| workers | elasticrun --max-restarts | with --preload | torchrun | elasticrun / torchrun | --preload / torchrun "
+          "| elasticrun samples | --preload samples | torchrun samples |")
+    print("| ---: | ---: | ---: | ---: | ---: | ---: | --- | --- | --- |")
+    fmt = lambda xs: " ".join(f"{x:.2f}" for x in xs)
     for n in o.np:
-        e, t = samples[("elasticrun", n)], samples[("torchrun", n)]
-        me, mt = statistics.median(e), statistics.median(t)
-        fmt = lambda xs: " ".join(f"{x:.2f}" for x in xs)
-        print(f"| {n} | {me:.2f} | {mt:.2f} | {me / mt:.2f} | {fmt(e)} | {fmt(t)} |")
+        e, f, t = (samples[(launcher, n)] for launcher in LAUNCHERS)
+        me, mf, mt = statistics.median(e), statistics.median(f), statistics.median(t)
+        print(f"| {n} | {me:.2f} | {mf:.2f} | {mt:.2f} | {me / mt:.2f} | {mf / mt:.2f} | {fmt(e)} | {fmt(f)} | {fmt(t)} |")
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@
 #include "common/env.h"
 #include "common/executable.h"
 #include "common/log.h"
+#include "common/python_command.h"
 #include "cmd/ssh_daemon.h"
 #include "cmd/tcp_daemon.h"
 #include "discovery/local_host.h"
@@ -51,6 +52,14 @@ Result<std::string> Job::daemon_path() const {
 }
 
 Result<void> Job::start() {
+  // --preload is for a Python run the fork server can make; any other command runs as
+  // it would without the flag, which is said once.
+  if (!opts_.preload.empty()) {
+    if (auto py = parse_python_command(opts_.command); !py) {
+      fmt::print(stderr, "elasticrun: --preload ignored: {}\n", py.error());
+      opts_.preload.clear();
+    }
+  }
   if (!events_.open(opts_.events_file))
     return fail(fmt::format("cannot open --events file '{}': {}", opts_.events_file, std::strerror(errno)));
   // Remote hosts (or hosts a discovery script may name) must reach the rendezvous
@@ -194,9 +203,11 @@ DaemonLink* Job::ensure_daemon(const std::string& host) {
   } else {
     link = launch_ssh_daemon(io_, host, daemon_path_, opts_.log_level, opts_.ssh, daemon_events());
   }
-  link->send(msg::Config{wire::Bytes(secret_.begin(), secret_.end()), addr, host, cwd_,
-                        static_cast<std::uint32_t>(heartbeat_interval().count()),
-                        static_cast<std::uint32_t>(opts_.host_timeout.count())});
+  msg::Config config{wire::Bytes(secret_.begin(), secret_.end()), addr, host, cwd_,
+                     static_cast<std::uint32_t>(heartbeat_interval().count()),
+                     static_cast<std::uint32_t>(opts_.host_timeout.count())};
+  config.preload = opts_.preload;
+  link->send(config);
   DaemonLink* raw = link.get();
   daemons_[host] = std::move(link);
   return raw;

@@ -3,6 +3,7 @@
 #include "common/cli.h"
 #include "common/env.h"
 #include "common/messages.h"
+#include "common/python_command.h"
 #include "common/writable_dir.h"
 
 #include <boost/program_options.hpp>
@@ -64,6 +65,7 @@ po::options_description describe() {
       ("rendezvous-timeout", po::value<double>()->default_value(60.0), "elastic: seconds a worker has to (re-)join a new epoch")
       ("reset-limit", po::value<int>()->default_value(0), "elastic: fail after this many resets (0: no limit)")
       ("max-restarts", po::value<std::string>(), "restart mode (programs that keep no state with libelasticrun, such as torchrun scripts): a failed worker or a change of hosts stops every worker and starts them all again; fail after N restarts after failures (changes of hosts do not count)")
+      ("preload", po::value<std::string>(), "Python jobs: modules (comma-separated: torch,torch.distributed) that a fork server on each host imports once; the workers start as its forks, not as new interpreters")
       ("run-id", po::value<std::string>(), "the job's id for its workers (TORCHELASTIC_RUN_ID; default: a random one)")
       ("blacklist-cooldown-range", po::value<std::vector<double>>()->multitoken(), "elastic: MIN MAX seconds a failed host stays out (doubling per failure); default: for good")
       ("verbose,v", "same as --log-level info");
@@ -262,6 +264,24 @@ Result<void> parse_restarts(const po::variables_map& vm, Options& o) {
   return {};
 }
 
+// --preload's module names, in order, each once. Whether the command is one the fork
+// server can run is the job's to say (a note, not an error: the job runs either way).
+Result<void> parse_preload(const po::variables_map& vm, Options& o) {
+  if (!vm.count("preload")) return {};
+  std::string v = vm["preload"].as<std::string>();
+  std::size_t at = 0;
+  while (true) {
+    auto comma = v.find(',', at);
+    std::string name = v.substr(at, comma == std::string::npos ? std::string::npos : comma - at);
+    if (!is_dotted_module_name(name))
+      return fail(fmt::format("--preload '{}': {} is not a module name (expected dotted Python names, comma-separated: "
+                              "torch,torch.distributed)", v, name.empty() ? "an empty name" : "'" + name + "'"));
+    if (std::find(o.preload.begin(), o.preload.end(), name) == o.preload.end()) o.preload.push_back(name);
+    if (comma == std::string::npos) return {};
+    at = comma + 1;
+  }
+}
+
 // An inherited descriptor, checked now so that a wrong one is a usage error with its
 // reason rather than a job whose reports or hosts go nowhere. -1: the option is absent.
 Result<int> inherited_fd(const po::variables_map& vm, const char* name, const char* carries) {
@@ -350,6 +370,7 @@ Result<ParseOutcome> parse_options(int argc, const char* const* argv) {
   if (auto ok = parse_fds(vm, o); !ok) return Failure{ok.error()};
   if (auto ok = parse_elastic(vm, o); !ok) return Failure{ok.error()};
   if (auto ok = parse_restarts(vm, o); !ok) return Failure{ok.error()};
+  if (auto ok = parse_preload(vm, o); !ok) return Failure{ok.error()};
   if (auto ok = parse_ssh(vm, o.ssh); !ok) return Failure{ok.error()};
   if (auto ok = parse_daemon(vm, o); !ok) return Failure{ok.error()};
   if (vm.count("hosts") && vm.count("hostfile")) return fail("give -H or --hostfile, not both");

@@ -54,6 +54,9 @@ struct Options {
   std::optional<int> max_restarts;
   // torchrun's TORCHELASTIC_RUN_ID (--run-id); empty: the driver makes one up.
   std::string run_id;
+  // --preload: modules each host's fork server imports once (daemon/fork_server.h);
+  // empty: every worker is a new process.
+  std::vector<std::string> preload;
   std::optional<std::pair<std::chrono::milliseconds, std::chrono::milliseconds>> blacklist_cooldown;
   std::string events_file;
   // --report-fd: a connected stream socket on which each report is asked about

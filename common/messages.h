@@ -190,8 +190,9 @@ struct CheckpointNote {
 // Config carry it, so that an elasticrun and an elasticrund of different versions refuse
 // each other by name rather than as a malformed frame. 1: before it was sent (it ended
 // both messages there); 2: heartbeats both ways; 3: torchrun's environment (Spawn's
-// local_size, Exited's error file, ReservePort and PortReserved).
-inline constexpr std::uint32_t kControlProtocol = 3;
+// local_size, Exited's error file, ReservePort and PortReserved); 4: Config's preload
+// (the fork server's modules).
+inline constexpr std::uint32_t kControlProtocol = 4;
 
 // The protocol field has one encoding per version, so that one frame reads one way only
 // (both messages are authenticated, and a receiver must not see what the sender did not
@@ -222,14 +223,23 @@ struct Config {
   // host_timeout_ms without a frame (elasticrun --host-timeout).
   std::uint32_t heartbeat_ms = 0, host_timeout_ms = 0;
   std::uint32_t protocol = kControlProtocol;  // sent right after cwd
+  // Modules the daemon's fork server imports once, so that Python workers start as
+  // forks of it (elasticrun --preload; daemon/fork_server.h); none: workers are exec'd.
+  // Each a dotted module name (is_dotted_module_name), checked by the daemon.
+  std::vector<std::string> preload;
+  // Versions 2 and 3 end after the heartbeat settings: they decode whole, so that the
+  // daemon refuses such a driver by its version's number, as it does version 1.
   void encode(wire::Encoder& e) const {
     e.bytes(secret).str(rendezvous_addr).str(host).str(cwd);
-    if (encode_protocol(e, protocol)) e.u32(heartbeat_ms).u32(host_timeout_ms);
+    bool ours = encode_protocol(e, protocol);
+    if (protocol >= 2 && protocol <= kControlProtocol) e.u32(heartbeat_ms).u32(host_timeout_ms);
+    if (ours) e.strings(preload);
   }
   static Config decode(wire::Decoder& d) {
     Config c{d.bytes(), d.str(), d.str(), d.str()};
     c.protocol = decode_protocol(d);
-    if (c.protocol == kControlProtocol) c.heartbeat_ms = d.u32(), c.host_timeout_ms = d.u32();
+    if (c.protocol >= 2 && c.protocol <= kControlProtocol) c.heartbeat_ms = d.u32(), c.host_timeout_ms = d.u32();
+    if (c.protocol == kControlProtocol) c.preload = d.strings();
     return c;
   }
 };

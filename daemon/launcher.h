@@ -1,8 +1,14 @@
 // How the daemon starts and stops training processes.
 //
 // Each worker runs in its own process group, with its stdout/stderr on pipes the
-// daemon reads, and dies with the daemon (PR_SET_PDEATHSIG) so that nothing can
-// outlive its supervisor even if the supervisor is SIGKILLed.
+// daemon reads, and dies with the daemon (PR_SET_PDEATHSIG, directly or through the
+// fork server that forked it) so that nothing can outlive its supervisor even if the
+// supervisor is SIGKILLed.
+//
+// Two implementations: the process launcher execs every worker (process_launcher.cc);
+// the fork-server launcher (fork_server_launcher.cc, elasticrun --preload) forks Python
+// workers from an interpreter that has imported the job's modules already, and hands
+// every other worker, or every worker once its server failed, to a process launcher.
 #pragma once
 
 #include "common/result.h"
@@ -34,16 +40,29 @@ struct WorkerEvents {
 
 class Launcher {
  public:
+  // The worker's pid, or why it could not start. Called once per spawn(), from inside it
+  // or later from the io_context (a fork server answers when it can), never after the
+  // launcher is destroyed, and before any other event of that worker.
+  using OnStarted = std::function<void(Result<int>)>;
+
   virtual ~Launcher() = default;
-  // The worker's pid, or why it could not start.
-  virtual Result<int> spawn(const WorkerSpec& spec) = 0;
-  // Sends `sig` to the worker's process group; unknown slots are ignored.
+  virtual void spawn(const WorkerSpec& spec, OnStarted on_started) = 0;
+  // Sends `sig` to the worker's process group (a worker still starting gets it once it
+  // has started); unknown slots are ignored.
   virtual void signal(std::uint32_t slot, int sig) = 0;
   virtual void signal_all(int sig) = 0;
+  // Workers starting or started whose end was not reported yet.
   virtual std::size_t running() const = 0;
 };
 
 std::unique_ptr<Launcher> make_process_launcher(boost::asio::io_context& io, WorkerEvents events);
+// With modules to preload, the fork-server launcher; without, the process launcher.
+std::unique_ptr<Launcher> make_launcher(boost::asio::io_context& io, WorkerEvents events,
+                                        std::vector<std::string> preload);
+
+// The worker's program: argv[0], relative to the worker's directory when it is a
+// relative path, else looked up in the worker's PATH.
+Result<std::string> worker_program(const WorkerSpec& spec);
 
 // Resolves argv[0] against PATH (from `env`) unless it contains a '/'; checks that the
 // result is an executable regular file.

@@ -2,6 +2,7 @@
 
 #include "common/env.h"
 #include "common/log.h"
+#include "common/python_command.h"
 #include "common/shm_dirs.h"
 #include "common/socket_options.h"
 #include "daemon/device_hint.h"
@@ -27,6 +28,10 @@ Supervisor::Supervisor(asio::io_context& io, int in_fd, int out_fd, std::functio
       on_done_(std::move(on_done)), options_(std::move(options)), kill_timer_(io), watchdog_(io), beat_timer_(io),
       error_files_(shm_dirs::errors_path(::getpid())) {
   if (!options_.state_dir.empty()) record_ = std::make_unique<JobRecord>(options_.state_dir);
+  launcher_ = make_process_launcher(io, worker_events());
+}
+
+WorkerEvents Supervisor::worker_events() {
   WorkerEvents ev;
   ev.on_output = [this](std::uint32_t slot, int stream, std::span<const std::uint8_t> data) {
     send(msg::Output{slot, static_cast<std::uint8_t>(stream), wire::Bytes(data.begin(), data.end())});
@@ -45,7 +50,7 @@ Supervisor::Supervisor(asio::io_context& io, int in_fd, int out_fd, std::functio
     send(e);
     finish_if_idle();
   };
-  launcher_ = make_process_launcher(io, std::move(ev));
+  return ev;
 }
 
 Supervisor::~Supervisor() {
@@ -148,6 +153,10 @@ void Supervisor::handle(const Frame& f) {
           config_->host_timeout_ms < 2ull * config_->heartbeat_ms)
         throw wire::DecodeError(fmt::format("bad heartbeat settings: timeout {} ms, interval {} ms",
                                             config_->host_timeout_ms, config_->heartbeat_ms));
+      for (const auto& m : config_->preload)
+        if (!is_dotted_module_name(m)) throw wire::DecodeError(fmt::format("bad preload module name '{}'", m));
+      // No worker runs before the config: the launcher can still be chosen.
+      if (!config_->preload.empty()) launcher_ = make_launcher(io_, worker_events(), config_->preload);
       driver_timeout_ = std::chrono::milliseconds(config_->host_timeout_ms);
       // A connection from the driver (elasticrund --listen) gets the job's bound too.
       net::keep_alive(stream_.native_handle(), driver_timeout_);
@@ -233,14 +242,16 @@ void Supervisor::on_spawn(const msg::Spawn& s) {
   std::string given = std::string(env::kTorchErrorFile) + "=" + error_file;
   bool ours = !error_file.empty() && std::find(spec.env.begin(), spec.env.end(), given) != spec.env.end();
   if (auto dir = make_shm_dir(s.slot); !dir.empty()) spec.env.push_back("UCX_POSIX_DIR=" + dir);
-  auto pid = launcher_->spawn(spec);
-  if (!pid) {
-    send(msg::SpawnFailed{s.slot, pid.error()});
-    return;
-  }
-  if (ours) error_file_of_[*pid] = error_file;
-  if (record_) record_->add(*pid);
-  send(msg::Started{s.slot, static_cast<std::uint32_t>(*pid)});
+  if (!ours) error_file.clear();
+  launcher_->spawn(spec, [this, slot = s.slot, error_file](Result<int> pid) {
+    if (!pid) {
+      send(msg::SpawnFailed{slot, pid.error()});
+      return;
+    }
+    if (!error_file.empty()) error_file_of_[*pid] = error_file;
+    if (record_) record_->add(*pid);
+    send(msg::Started{slot, static_cast<std::uint32_t>(*pid)});
+  });
 }
 
 // A new port for the epoch's MASTER_PORT; the one held for the epoch before is let go.

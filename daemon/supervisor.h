@@ -52,6 +52,7 @@ class Supervisor : private FramedStream::Handler {
   void handle(const Frame& f);
   void watch_driver();
   void beat();
+  WorkerEvents worker_events();
   void on_spawn(const msg::Spawn& s);
   void on_reserve_port(const msg::ReservePort& r);
   std::vector<std::string> worker_env(const msg::Spawn& s, const std::string& error_file) const;

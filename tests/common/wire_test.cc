@@ -214,10 +214,12 @@ TEST(Messages, CheckpointNoteRoundTripsAndRejectsUnknownEvents) {
 
 TEST(Messages, ConfigAndReadyCarryTheControlProtocol) {
   msg::Config c{wire::Bytes(32, 5), "10.0.0.1:1", "h", "/", 250, 1000};
+  c.preload = {"torch", "torch.distributed"};
   auto back = msg::parse<msg::Config>(msg::to_frame(c));
   EXPECT_EQ(back.protocol, msg::kControlProtocol);
   EXPECT_EQ(back.heartbeat_ms, 250u);
   EXPECT_EQ(back.host_timeout_ms, 1000u);
+  EXPECT_EQ(back.preload, c.preload);
   EXPECT_EQ(msg::parse<msg::Ready>(msg::to_frame(msg::Ready{9, ""})).protocol, msg::kControlProtocol);
 }
 
@@ -257,6 +259,25 @@ TEST(Messages, OtherProtocolVersionsDecodeToTheirNumber) {
   wire::Encoder cut;
   cut.bytes(wire::Bytes(32, 5)).str("a").str("h").str("/").u32(msg::kControlProtocol).u32(250);
   EXPECT_THROW(msg::parse<msg::Config>(Frame{msg::kConfig, cut.take()}), wire::DecodeError);
+  wire::Encoder no_preload;
+  no_preload.bytes(wire::Bytes(32, 5)).str("a").str("h").str("/").u32(msg::kControlProtocol).u32(250).u32(1000);
+  EXPECT_THROW(msg::parse<msg::Config>(Frame{msg::kConfig, no_preload.take()}), wire::DecodeError);
+}
+
+TEST(Messages, AnEarlierVersionsConfigDecodesWholeToItsNumber) {
+  // Versions 2 and 3 ended after the heartbeat settings (no preload list): read whole,
+  // so that the daemon names the version it refuses, and re-encoded to the same bytes.
+  for (std::uint32_t v : {2u, 3u}) {
+    wire::Encoder e;
+    e.bytes(wire::Bytes(32, 5)).str("a").str("h").str("/").u32(v).u32(250).u32(1000);
+    Frame f{msg::kConfig, e.take()};
+    auto c = msg::parse<msg::Config>(f);
+    EXPECT_EQ(c.protocol, v);
+    EXPECT_EQ(c.heartbeat_ms, 250u);
+    EXPECT_EQ(c.host_timeout_ms, 1000u);
+    EXPECT_TRUE(c.preload.empty());
+    EXPECT_EQ(msg::to_frame(c).payload, f.payload) << v;
+  }
 }
 
 TEST(Auth, ProofsDependOnSecretNoncesAndRole) {

@@ -43,12 +43,12 @@ MESSAGES = {
     'report': frame(20, u64(6) + u64(40) + string('{"loss":0.25,"accuracy":0.9}')),
     'report_reply': frame(21, u64(6) + u8(1)),
     'config': frame(30, string(b'\x05' * 32) + string('10.0.0.1:29500') + string('node1') + string('/tmp')
-                    + u32(3) + u32(2500) + u32(10000)),
+                    + u32(4) + u32(2500) + u32(10000) + strings(['torch', 'torch.distributed'])),
     'spawn': frame(31, u32(0) + u64(1) + i32(0) + i32(2) + strings(['python3', 'train.py']) + strings(['A=1', 'B=2'])
                    + i32(2)),
     'kill': frame(32, u32(0xffffffff) + i32(15)),
     'shutdown': frame(33, u32(2000)),
-    'ready': frame(34, u32(99) + string('node1') + u32(3)),
+    'ready': frame(34, u32(99) + string('node1') + u32(4)),
     'started': frame(35, u32(0) + u32(100)),
     'output': frame(36, u32(0) + u8(1) + string(b'hello\n')),
     'exited': frame(37, u32(0) + u32(100) + i32(1) + i32(0) + string('{"message": "boom"}') + u64(19)),
@@ -118,6 +118,7 @@ def main():
           b'--blacklist-cooldown-range\x001\x0010\x00--\x00python3\x00train.py')
     write('options_fuzz', 'env', b'-x\x00A=1\x00-xHOME\x00--start-timeout=5\x00--log-level\x00info\x00prog\x00--np')
     write('options_fuzz', 'help', b'--help')
+    write('options_fuzz', 'preload', b'--preload\x00torch,torch.distributed\x00--max-restarts\x001\x00python3\x00-m\x00x')
     write('options_fuzz', 'worker-timeout', b'--worker-timeout\x002.5\x00--host-timeout=30\x00-np\x002\x00prog')
     write('options_fuzz', 'timeouts', b'--discovery-interval\x000.5\x00--reset-limit\x003\x00--slots-per-host\x002\x00'
           b'--output-filename\x00out\x00--events\x00ev.jsonl\x00-v\x00cmd')

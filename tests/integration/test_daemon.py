@@ -572,13 +572,15 @@ def test_systemd_unit_command_line_starts_the_daemon(tmp_path):
 
 # ---- the daemon's watchdog: a driver that falls silent is taken for gone ----
 
-CONTROL_PROTOCOL = 3  # msg::kControlProtocol
+CONTROL_PROTOCOL = 4  # msg::kControlProtocol
 
 
-def config_frame(heartbeat_ms=1000, timeout_ms=10000, protocol=CONTROL_PROTOCOL):
+def config_frame(heartbeat_ms=1000, timeout_ms=10000, protocol=CONTROL_PROTOCOL, preload=()):
     payload = field(secrets.token_bytes(32)) + field(b"127.0.0.1:1") + field(b"localhost") + field(b"/")
     if protocol > 1:  # version 1 ended the frame here
         payload += struct.pack("<III", protocol, heartbeat_ms, timeout_ms)
+    if protocol >= 4:  # the preload list (versions 2 and 3 ended the frame before it)
+        payload += struct.pack("<I", len(preload)) + b"".join(field(m.encode()) for m in preload)
     return frame(30, payload)
 
 
@@ -598,7 +600,7 @@ def frame_kinds(data):
     return kinds
 
 
-@pytest.mark.parametrize("protocol", [1, CONTROL_PROTOCOL + 1])
+@pytest.mark.parametrize("protocol", [1, CONTROL_PROTOCOL - 1, CONTROL_PROTOCOL + 1])
 def test_daemon_refuses_a_driver_of_another_protocol_version(job, protocol):
     d = subprocess.Popen([str(ELASTICRUND), "--stdio"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, env=job.env())
@@ -630,6 +632,18 @@ def test_daemon_rejects_bad_heartbeat_settings(job, heartbeat_ms, timeout_ms):
     _, err = d.communicate(spawn_frames(["/bin/true"], heartbeat_ms, timeout_ms), timeout=10)
     assert d.returncode == 1
     assert b"rejected malformed config frame: bad heartbeat settings" in err, err
+    assert not [p for p in our_processes(job.tag) if p != d.pid]
+
+
+@pytest.mark.parametrize("name", ["", "torch-x", "os;import sys", "a..b", "1st"])
+def test_daemon_rejects_a_preload_name_that_is_no_module_name(job, name):
+    """The names become the fork server's imports: one that is no dotted module name is
+    a malformed config, named, and nothing starts."""
+    d = subprocess.Popen([str(ELASTICRUND), "--stdio"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, env=job.env())
+    _, err = d.communicate(config_frame(preload=["json", name]), timeout=10)
+    assert d.returncode == 1
+    assert f"rejected malformed config frame: bad preload module name '{name}'".encode() in err, err
     assert not [p for p in our_processes(job.tag) if p != d.pid]
 
 
