@@ -2,6 +2,7 @@
 #include "common/frame.h"
 #include "common/messages.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <sys/socket.h>
@@ -54,7 +55,7 @@ TEST(Wire, TrailingBytesFailFinish) {
 TEST(Frame, ParserReassemblesFramesSplitAnywhere) {
   wire::Bytes stream;
   for (int i = 0; i < 5; ++i) {
-    auto f = encode_frame(msg::to_frame(msg::KvSet{static_cast<std::uint64_t>(i), "k" + std::to_string(i), wire::Bytes(i * 100, 1)}));
+    auto f = encode_frame(msg::to_frame(msg::KvSet{static_cast<std::uint64_t>(i), fmt::format("k{}", i), wire::Bytes(i * 100, 1)}));
     stream.insert(stream.end(), f.begin(), f.end());
   }
   for (std::size_t chunk : {1u, 3u, 7u, 64u, 100000u}) {
