@@ -125,6 +125,9 @@ Result<void> Experiment::add_trial(const TrialRecord& t) {
 
 void Experiment::save_trial(const TrialRecord& t) {
   writer_->replace(trial_dir(t.id) / "status.json", t.to_json().dump() + "\n");
+  // A trial's end is on the disk before the sweep goes on: a sweep killed right after
+  // must not run a finished trial again when it is resumed.
+  if (t.done()) writer_->flush();
 }
 
 void Experiment::save_params(const TrialRecord& t) {

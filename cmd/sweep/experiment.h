@@ -59,7 +59,8 @@ class Experiment {
   std::filesystem::path checkpoint_dir(const std::string& id) const { return trial_dir(id) / "checkpoint"; }
   // Creates the trial's directory and records it (written before it returns).
   Result<void> add_trial(const TrialRecord& t);
-  // Written behind (errors are logged):
+  // Written behind (errors are logged), except that a trial's end (done()) is written
+  // before save_trial returns:
   void save_trial(const TrialRecord& t);
   void save_params(const TrialRecord& t);  // flushed to the disk too (pbt changes them)
   void append_result(const std::string& id, const nlohmann::json& line);

@@ -8,7 +8,7 @@
 // still queued takes the queued one's place (only the newest text matters). What is
 // queued when the sweep is killed is lost, as if the kill had come a moment earlier;
 // a resumed sweep already copes with that (a trial's own checkpoint may be ahead of
-// what the sweep recorded).
+// what the sweep recorded). What must not be lost (a trial's end) is flushed at once.
 #pragma once
 
 #include <condition_variable>

@@ -3,6 +3,8 @@
 // without stopping the ones after it.
 #include "cmd/sweep/write_behind.h"
 
+#include "cmd/sweep/experiment.h"
+
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -75,6 +77,28 @@ TEST_F(WriteBehindTest, FlushWithNothingQueuedReturns) {
   w.flush();
   w.flush();
   EXPECT_EQ(read(dir_ / "a"), "1");
+}
+
+// The experiment writes a trial's progress behind, but its end before save_trial returns:
+// a sweep killed right after must find it there when resumed.
+TEST_F(WriteBehindTest, ATrialsEndIsOnDiskWhenSaveReturns) {
+  auto x = Experiment::create((dir_ / "exp").string(), nlohmann::json{{"seed", 1}});
+  ASSERT_TRUE(x.ok()) << x.error();
+  TrialRecord t;
+  t.id = "0000";
+  t.config = {{"lr", 0.1}};
+  ASSERT_TRUE(x->add_trial(t).ok());
+  t.state = "running";
+  for (int i = 0; i < 200; ++i) {
+    t.last_step = i;
+    x->save_trial(t);
+    x->append_result(t.id, nlohmann::json{{"step", i}});
+  }
+  t.state = "finished";
+  x->save_trial(t);
+  auto status = nlohmann::json::parse(read(x->trial_dir(t.id) / "status.json"));
+  EXPECT_EQ(status["state"], "finished");
+  EXPECT_EQ(status["last_step"], 199);
 }
 
 }  // namespace
