@@ -15,6 +15,12 @@ is faster); with --repeats, every repeat's figures and the median ratio. torch u
 thread per process (set_num_threads(1)) in both, so that the ranks do not fight over
 cores.
 
+A third run per repeat, "compute only", is Gloo's script with every step inside DDP's
+no_sync(): the same processes, model and batch, no gradient communication at all. Its
+samples/s over Gloo's is the ceiling: what any backend would reach if its collectives
+cost nothing. A ratio target above the ceiling cannot be met on the machine measured;
+the ceiling says how much of Gloo's step is communication.
+
 Exit status 1 when a run fails or the ranks' parameters differ at the end.
 """
 import argparse
@@ -42,9 +48,13 @@ def model(widths):
 
 
 def worker(backend, args):
+    import contextlib
     import torch
     import torch.distributed as dist
     torch.set_num_threads(1)
+    compute_only = backend == "none"
+    if compute_only:
+        backend = "gloo"
     if backend == "elasticrun":
         import elasticrun
         import elasticrun.torch  # noqa: F401 - registers the backend
@@ -64,7 +74,8 @@ def worker(backend, args):
     for step in range(args.warmup + args.steps):
         t0 = time.perf_counter()
         opt.zero_grad()
-        torch.nn.functional.mse_loss(net(x), y).backward()
+        with net.no_sync() if compute_only else contextlib.nullcontext():
+            torch.nn.functional.mse_loss(net(x), y).backward()
         opt.step()
         t = torch.tensor([time.perf_counter() - t0], dtype=torch.float64)
         dist.all_reduce(t, op=dist.ReduceOp.MAX)
@@ -74,7 +85,7 @@ def worker(backend, args):
     root = flat.clone()
     dist.broadcast(root, 0)
     if rank == 0:
-        print("RESULT " + json.dumps({"backend": backend, "size": size, "median_s": statistics.median(times),
+        print("RESULT " + json.dumps({"backend": "none" if compute_only else backend, "size": size, "median_s": statistics.median(times),
                                       "agree": bool(torch.equal(root, flat))}), flush=True)
 
 
@@ -104,12 +115,12 @@ def run_elasticrun(n, args):
     return result_of(p.stdout), p.returncode, p.stderr
 
 
-def run_gloo(n, args):
+def run_plain(n, args, backend):
     port = free_port()
     procs = []
     for r in range(n):
         env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(r), WORLD_SIZE=str(n))
-        procs.append(subprocess.Popen(worker_args("gloo", args), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        procs.append(subprocess.Popen(worker_args(backend, args), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                       text=True, env=env))
     outs = [p.communicate(timeout=900) for p in procs]
     code = next((p.returncode for p in procs if p.returncode != 0), 0)
@@ -124,7 +135,7 @@ def main():
     ap.add_argument("--batch", type=int, default=2, help="samples per rank and step")
     ap.add_argument("--repeats", type=int, default=1, help="runs of each backend per rank count, interleaved")
     ap.add_argument("--widths", default=",".join(map(str, WIDTHS)), help="the MLP's layer widths")
-    ap.add_argument("--worker", choices=["elasticrun", "gloo"])
+    ap.add_argument("--worker", choices=["elasticrun", "gloo", "none"])
     args = ap.parse_args()
     if args.worker:
         worker(args.worker, args)
@@ -133,23 +144,28 @@ def main():
     params = sum(a * b + b for a, b in zip(widths, widths[1:]))
     print(f"DDP, MLP {'-'.join(map(str, widths))}: {params / 1e6:.2f}M parameters, batch {args.batch} per rank, "
           f"{args.steps} timed steps after {args.warmup}, median of the slowest rank's step")
-    print(f"{'ranks':>5} {'elasticrun samples/s':>21} {'gloo samples/s':>15} {'ratio':>6}")
+    print(f"{'ranks':>5} {'elasticrun samples/s':>21} {'gloo samples/s':>15} {'ratio':>6} "
+          f"{'compute only samples/s':>23} {'ceiling':>8}")
     bad = []
     for n in [int(v) for v in args.np.split(",")]:
-        ratios = []
+        ratios, ceilings = [], []
         for _ in range(args.repeats):
             got = {}
-            for backend, run in (("elasticrun", run_elasticrun), ("gloo", run_gloo)):
-                res, code, err = run(n, args)
-                if code != 0 or res is None or not res["agree"]:
+            for backend in ("elasticrun", "gloo", "none"):
+                res, code, err = run_elasticrun(n, args) if backend == "elasticrun" else run_plain(n, args, backend)
+                # Without communication the ranks' parameters drift apart: no check there.
+                if code != 0 or res is None or not (res["agree"] or backend == "none"):
                     bad.append(f"{backend} at {n} ranks: exit status {code}, result {res}: {err[-1500:]}")
                 else:
                     got[backend] = args.batch * n / res["median_s"]
-            if len(got) == 2:
+            if len(got) == 3:
                 ratios.append(got["elasticrun"] / got["gloo"])
-                print(f"{n:>5} {got['elasticrun']:>21.1f} {got['gloo']:>15.1f} {ratios[-1]:>6.2f}", flush=True)
+                ceilings.append(got["none"] / got["gloo"])
+                print(f"{n:>5} {got['elasticrun']:>21.1f} {got['gloo']:>15.1f} {ratios[-1]:>6.2f} "
+                      f"{got['none']:>23.1f} {ceilings[-1]:>8.2f}", flush=True)
         if len(ratios) > 1:
-            print(f"{n:>5} median ratio of {len(ratios)}: {statistics.median(ratios):.2f}", flush=True)
+            print(f"{n:>5} median ratio of {len(ratios)}: {statistics.median(ratios):.2f}, "
+                  f"median ceiling {statistics.median(ceilings):.2f}", flush=True)
     for b in bad:
         print("FAILED:", b)
     sys.exit(1 if bad else 0)
