@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """The cost of the Python layer: the same allreduce from Python (elasticrun's numpy API,
 and a torch tensor through elasticrun.torch where it is built) and from C++
-(allreduce_bench), same ranks, same machine, same run, alternating trials.
+(allreduce_bench), same ranks, same machine, same run, alternating trials; and
+torch.distributed's all_reduce over the backend "elasticrun".
 
     /usr/bin/python3 bench/python_overhead.py [--ranks 2] [--trials 3] [--build build]
 
@@ -77,6 +78,16 @@ def worker():
         tt.fill_(1)
         hvd.allreduce_(tt, op=hvd.Sum)
         assert bool((tt == n).all()), "wrong torch result"
+        # torch.distributed over the backend "elasticrun" (MASTER_ADDR/PORT, RANK and
+        # WORLD_SIZE come from the driver, as under torchrun).
+        import torch.distributed as dist
+        if not dist.is_initialized():
+            dist.init_process_group("elasticrun")
+        t = measure(lambda: dist.all_reduce(tt), er.barrier, nbytes)
+        rows.append(("torch.distributed all_reduce", label, max_over_ranks(t)))
+        tt.fill_(1)
+        dist.all_reduce(tt)
+        assert bool((tt == n).all()), "wrong torch.distributed result"
     if er.rank() == 0:
         for impl, label, t in rows:
             print(f"ROW,{impl},{label},{t:.4f}", flush=True)

@@ -155,18 +155,22 @@ void Engine::ran() {
   else cv_.notify_one();  // queued behind an inline task: the thread's turn
 }
 
+bool Engine::try_run(const Task& t, std::exception_ptr& error) {
+  std::unique_lock lock(mu_);
+  if (busy_ || !queue_.empty()) return false;
+  busy_ = true;
+  lock.unlock();
+  error = attempt(t);
+  lock.lock();
+  ran();
+  return true;
+}
+
 void Engine::run(const Task& t) {
-  {
-    std::unique_lock lock(mu_);
-    if (!busy_ && queue_.empty()) {
-      busy_ = true;
-      lock.unlock();
-      std::exception_ptr error = attempt(t);
-      lock.lock();
-      ran();
-      if (error) std::rethrow_exception(error);
-      return;
-    }
+  std::exception_ptr error;
+  if (try_run(t, error)) {
+    if (error) std::rethrow_exception(error);
+    return;
   }
   // Something was issued before: take a place behind it.
   auto c = submit(t);

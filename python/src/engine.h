@@ -82,6 +82,9 @@ class Engine {
   std::shared_ptr<Completion> submit(Task t);
   // Runs the task after everything issued before it; throws its error.
   void run(const Task& t);
+  // Runs the task on this thread if nothing is queued or running, with its error in
+  // `error`, and returns true; otherwise runs nothing and returns false.
+  bool try_run(const Task& t, std::exception_ptr& error);
   // Waits until nothing is queued or running (before a re-join replaces the
   // communicator: a request of the old epoch must not run on the new one).
   void drain();

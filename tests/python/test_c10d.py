@@ -4,7 +4,7 @@ roots, list and _base forms, uneven all_to_all, mixed with elasticrun.torch's ow
 collectives), the refusals (non-contiguous, element types, devices, layouts, ops,
 subgroups, ranks that are not elasticrun's), DistributedDataParallel over it against DDP
 over Gloo (several buckets, unused parameters, the fp16 and PowerSGD communication
-hooks), and a worker SIGKILLed inside a DDP allreduce, whose peers' backward() must raise
+hooks, a hook whose callback waits for a collective of its own), and a worker SIGKILLed inside a DDP allreduce, whose peers' backward() must raise
 within the library's bound."""
 import os
 import re
@@ -49,7 +49,8 @@ def test_refusals_are_clear_errors(job):
     check_ok(r, "c10d_checks errors", 2, 17)
 
 
-@pytest.mark.parametrize("mode,np", [("plain", 2), ("plain", 3), ("unused", 2), ("fp16hook", 2), ("powersgd", 3)])
+@pytest.mark.parametrize("mode,np", [("plain", 2), ("plain", 3), ("unused", 2), ("fp16hook", 2), ("powersgd", 3),
+                                     ("waiting", 2)])
 def test_ddp_matches_gloo(job, mode, np):
     r = run_python(job, ["-np", np, *master()], DDP, mode, timeout=120)
     check_ok(r, f"c10d_ddp {mode}", np, 100)

@@ -31,6 +31,8 @@ once elasticrun.torch has been imported. rank and size must be elasticrun's own.
       .def_property_readonly("epoch", &ProcessGroup::epoch, "The elasticrun epoch this group was made in")
       .def_property_readonly("_completion_threads", &ProcessGroup::completion_threads,
                              "Threads started to complete its futures (tests)")
+      .def_property_readonly("_inline_runs", &ProcessGroup::inline_runs,
+                             "Collectives it ran on the calling thread (tests)")
       .def(
           "_quiesce",
           [](ProcessGroup& pg, double seconds) {

@@ -20,6 +20,7 @@
 
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -42,6 +43,8 @@ class ProcessGroup : public ::c10d::ProcessGroup {
   // Threads its Completer started (for tests: a callback that waited for a collective
   // made it start a second).
   std::size_t completion_threads() const { return completer_->threads(); }
+  // Collectives that ran inline, on the calling thread (for tests).
+  std::size_t inline_runs() const { return inline_runs_.load(std::memory_order_relaxed); }
   // Waits (up to `timeout`) until no completion is running or to come: at exit.
   bool quiesce(std::chrono::milliseconds timeout) { return completer_->quiesce(timeout); }
 
@@ -66,12 +69,17 @@ class ProcessGroup : public ::c10d::ProcessGroup {
 
  private:
   // Queues `run` on the engine. The Work completes (on the Completer) when it has run;
-  // its error names `what`.
+  // its error names `what`. A small collective (kInlineMaxBytes) runs at once on the
+  // calling thread instead, when nothing is queued before it and that thread does not
+  // hold the GIL, and its Work is returned complete (process_group.cc says why).
   c10::intrusive_ptr<Work> enqueue(::c10d::OpType type, const char* what, Tensors result, Tensors keep,
                                    std::function<void(Context&)> run);
   int root_of(std::int64_t root, const char* what) const;
 
+  static constexpr std::size_t kInlineMaxBytes = 64 * 1024;
+
   const std::uint64_t epoch_;
+  std::atomic<std::size_t> inline_runs_{0};
   std::unique_ptr<Completer> completer_;
 };
 

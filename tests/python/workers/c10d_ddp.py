@@ -5,7 +5,9 @@ buckets of two element types, BatchNorm buffers broadcast each step. After every
 the parameters must agree with Gloo's: bit for bit at 2 ranks (a sum of two is the same
 in any order), to floating-point reduction order beyond.
 
-    c10d_ddp.py plain|unused|fp16hook|powersgd     prints `c10d_ddp <mode>: OK <n> checks`
+    c10d_ddp.py plain|unused|fp16hook|powersgd|waiting
+                             prints `c10d_ddp <mode>: OK <n> checks`; waiting: a comm
+                             hook whose callback waits for a collective of its own
     c10d_ddp.py kill DIR     the last rank SIGKILLs itself inside its allreduce hook at
                              step 3 (after writing the time to DIR/killed_at); the others
                              print how long after the kill their backward() raised
@@ -59,7 +61,7 @@ def model(pg, mode, rank):
     # PowerSGD's future callbacks issue the next allreduces: with several buckets, their
     # order against the next bucket's allreduce would differ between ranks (with Gloo as
     # well), so it gets one bucket.
-    one_bucket = mode == "powersgd"
+    one_bucket = mode in ("powersgd", "waiting")
     ddp = DDP(Net(mixed=not one_bucket), process_group=pg, bucket_cap_mb=25 if one_bucket else 0.005,
               find_unused_parameters=mode == "unused")
     if mode == "fp16hook":
@@ -70,7 +72,31 @@ def model(pg, mode, rank):
         state = powerSGD_hook.PowerSGDState(process_group=pg, matrix_approximation_rank=2, start_powerSGD_iter=2,
                                             min_compression_rate=0.5, random_seed=11)
         ddp.register_comm_hook(state, powerSGD_hook.powerSGD_hook)
+    elif mode == "waiting":
+        ddp.register_comm_hook(pg, waiting_hook if pg is None else default_hooks.allreduce_hook)
     return ddp, torch.optim.SGD(ddp.parameters(), lr=0.05, momentum=0.9)
+
+
+def waiting_hook(pg, bucket):
+    """default_hooks.allreduce_hook's average, computed in the future callback of an
+    allreduce of 128 KiB, which is too large to run inline: the callback runs on the
+    Completer's thread. There it allreduces the bucket and another 128 KiB and waits;
+    that one queues on the engine's thread while the callback holds the Completer's only
+    thread, so the Completer must add one, or its completion waits behind the callback
+    forever."""
+    n = dist.get_world_size()
+    first = torch.ones(1 << 15)
+    fut = dist.all_reduce(first, async_op=True).get_future()
+
+    def then(f):
+        grads = bucket.buffer().div_(n)
+        dist.all_reduce(grads)
+        extra = torch.ones(1 << 15)
+        dist.all_reduce(extra)
+        check(torch.all(first == n).item() and torch.all(extra == n).item(),
+              f"the hook's own allreduces: {first[:2]} {extra[:2]}")
+        return grads
+    return fut.then(then)
 
 
 def step(ddp, opt, x, y, use_branch):
@@ -91,9 +117,9 @@ def train(mode):
         for (name, a), b in zip(ours[0].module.state_dict().items(), theirs[0].module.state_dict().values()):
             ok = torch.equal(a, b) if n == 2 else torch.allclose(a, b, rtol=1e-5, atol=1e-6)
             check(ok, f"step {s} {name}: max difference {(a.double() - b.double()).abs().max()}")
-    if mode == "powersgd":
+    if mode == "waiting":
         threads = dist.distributed_c10d._get_default_group()._completion_threads
-        check(threads >= 2, f"PowerSGD's callbacks waited for collectives, yet {threads} completion thread")
+        check(threads >= 2, f"the hook's callbacks waited for collectives, yet {threads} completion thread")
     flat = torch.cat([p.detach().reshape(-1).double() for p in ours[0].parameters()])
     root = flat.clone()
     dist.broadcast(root, 0)
@@ -162,7 +188,7 @@ def main():
     if mode == "kill":
         return kill(Path(sys.argv[2]))
     train(mode)
-    if mode in ("fp16hook", "powersgd"):
+    if mode in ("fp16hook", "powersgd", "waiting"):
         # Gloo's model has a Python hook too, and torch 1.13's Gloo may still be returning
         # from its future callback on a thread of its own when the interpreter finalizes,
         # which aborts the process (seen about once in 20 runs): leave without finalizing.
