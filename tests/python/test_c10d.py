@@ -4,8 +4,8 @@ roots, list and _base forms, uneven all_to_all, mixed with elasticrun.torch's ow
 collectives), the refusals (non-contiguous, element types, devices, layouts, ops,
 subgroups, ranks that are not elasticrun's), DistributedDataParallel over it against DDP
 over Gloo (several buckets, unused parameters, the fp16 and PowerSGD communication
-hooks, a hook whose callback waits for a collective of its own), and a worker SIGKILLed inside a DDP allreduce, whose peers' backward() must raise
-within the library's bound."""
+hooks, a hook whose callback waits for a collective of its own), and a worker SIGKILLed
+inside a DDP allreduce, whose peers' backward() must raise within the library's bound."""
 import os
 import re
 import socket
