@@ -26,7 +26,7 @@ namespace {
 
 namespace po = boost::program_options;
 
-po::options_description describe() {
+po::options_description build_description() {
   po::options_description d("options");
   d.add_options()
       ("help,h", "print this help and exit")
@@ -69,6 +69,13 @@ po::options_description describe() {
       ("run-id", po::value<std::string>(), "the job's id for its workers (TORCHELASTIC_RUN_ID; default: a random one)")
       ("blacklist-cooldown-range", po::value<std::vector<double>>()->multitoken(), "elastic: MIN MAX seconds a failed host stays out (doubling per failure); default: for good")
       ("verbose,v", "same as --log-level info");
+  return d;
+}
+
+// Built once: every parse used to rebuild its forty-odd descriptions, which took most of
+// the time options_fuzz spends per input.
+const po::options_description& describe() {
+  static const po::options_description d = build_description();
   return d;
 }
 
@@ -333,7 +340,7 @@ std::string usage() {
 }
 
 Result<ParseOutcome> parse_options(int argc, const char* const* argv) {
-  auto desc = describe();
+  const auto& desc = describe();
   bool dashdash = false;
   auto cmd_at = find_command(desc, argc, argv, dashdash);
   if (!cmd_at) return Failure{cmd_at.error()};
