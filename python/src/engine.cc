@@ -1,11 +1,15 @@
 #include "engine.h"
 
 #include "host/reduce.h"
+#include "process_engine.h"
+
+#include <elasticrun/device.hpp>
 
 #include <fmt/format.h>
 
 #include <cstdint>
 #include <cstring>
+#include <string>
 
 namespace elasticrun::python {
 namespace {
@@ -81,9 +85,39 @@ void check_agreement(Communicator& comm, const Request& r) {
                           kind_name(r.kind), -d[1], d[0], count));
 }
 
+// A request on GPU memory: the agreement check (if asked) on the host communicator, then
+// NCCL. Refused before any collective where this process cannot run one (no NCCL backend,
+// no CUDA device), so every rank that passes device buffers gets the same error at once:
+// device::Collectives would otherwise take a pointer it cannot place for host memory.
+void execute_on_device(Context& ctx, const Request& r) {
+  const char* what = kind_name(r.kind);
+  std::string why;
+  if (!device::available(&why))
+    throw Error(fmt::format("{}: the buffers are on CUDA device {}, but this process has no device "
+                            "collectives: {}",
+                            what, r.device, why));
+  if (r.prescale != 1.0 || r.postscale != 1.0)
+    throw Error(fmt::format("{}: prescale and postscale factors are not applied to device buffers here "
+                            "(elasticrun.torch scales them with torch)",
+                            what));
+  if (r.check && r.kind != Request::Kind::barrier) check_agreement(ctx.comm(), r);
+  device::Collectives& d = process_device_collectives(r.device);
+  switch (r.kind) {
+    case Request::Kind::allreduce: return d.allreduce(r.in, r.out, r.count, r.type, r.op, r.stream);
+    case Request::Kind::broadcast: return d.broadcast(r.out, r.count, r.type, r.root, r.stream);
+    case Request::Kind::allgather: return d.allgather(r.in, r.out, r.count, r.type, r.stream);
+    case Request::Kind::reduce_scatter: return d.reduce_scatter(r.in, r.out, r.count, r.type, r.op, r.stream);
+    case Request::Kind::alltoall: return d.alltoall(r.in, r.out, r.count, r.type, r.stream);
+    case Request::Kind::allgatherv:
+    case Request::Kind::barrier: break;
+  }
+  throw Error(fmt::format("{}: not available on device buffers", what));
+}
+
 }  // namespace
 
 void execute(Context& ctx, const Request& r) {
+  if (r.device >= 0) return execute_on_device(ctx, r);
   // comm() is looked up for each request: a re-join replaces it.
   Communicator& comm = ctx.comm();
   if (r.check && r.kind != Request::Kind::barrier) check_agreement(comm, r);

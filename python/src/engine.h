@@ -47,9 +47,16 @@ struct Request {
   // allreduce): a disagreement is then an Error on every rank, where the collective
   // itself could hang or silently reduce mismatched buffers.
   bool check = false;
+  // GPU memory: the CUDA device index of the buffers (-1: host memory). Such a request
+  // runs through NCCL (elasticrun::device::Collectives) on `stream` (a cudaStream_t;
+  // null: the legacy default stream) and returns once it completed there. Not for
+  // allgatherv or barrier; no prescale or postscale (the torch layer scales with torch).
+  int device = -1;
+  void* stream = nullptr;
 };
 
-// Runs one request on the current epoch's communicator.
+// Runs one request on the current epoch's communicator (a device request: on the
+// process's device collectives, see process_engine.h).
 void execute(Context& ctx, const Request& r);
 
 // What the engine runs: one request, or a few that belong together (allgather's size

@@ -7,6 +7,7 @@
 #include "engine.h"
 #include "process_engine.h"
 
+#include <elasticrun/device.hpp>
 #include <elasticrun/elasticrun.hpp>
 
 #include <pybind11/numpy.h>
@@ -22,6 +23,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 namespace elasticrun::python {
@@ -243,10 +245,11 @@ py::object alltoall(py::object x, py::object out, bool async) {
 }
 
 // The torch layer's path: raw pointers of tensors it keeps alive (`keep`), the type by
-// the library's code, no buffer protocol (it has no bfloat16).
+// the library's code, no buffer protocol (it has no bfloat16). `device` >= 0: CUDA
+// tensors on that device, reduced through NCCL on `stream` (Request::device).
 py::object ptr_collective(const std::string& kind, std::uintptr_t in, std::uintptr_t out, std::size_t count,
                           int type, int op, int root, double prescale, double postscale, bool async,
-                          py::object keep, bool check) {
+                          py::object keep, bool check, int device, std::uintptr_t stream) {
   if (type < 0 || type > static_cast<int>(DataType::i64)) throw py::value_error("unknown element type code");
   Request r;
   if (kind == "allreduce") r.kind = Request::Kind::allreduce;
@@ -259,6 +262,8 @@ py::object ptr_collective(const std::string& kind, std::uintptr_t in, std::uintp
   r.count = count, r.type = static_cast<DataType>(type), r.op = op_of(op), r.root = root;
   r.prescale = prescale, r.postscale = postscale;
   r.check = check;
+  r.device = device < 0 ? -1 : device;
+  r.stream = reinterpret_cast<void*>(stream);
   return issue([r](Context& ctx) { execute(ctx, r); }, async, keep, yields(py::none()));
 }
 
@@ -329,7 +334,16 @@ PYBIND11_MODULE(_core, m) {
   m.def("ptr_collective", &ptr_collective, py::arg("kind"), py::arg("inp"), py::arg("out"), py::arg("count"),
         py::arg("dtype"), py::arg("op") = 0, py::arg("root") = 0, py::arg("prescale") = 1.0,
         py::arg("postscale") = 1.0, py::arg("async_") = false, py::arg("keep") = py::none(),
-        py::arg("check") = false);
+        py::arg("check") = false, py::arg("device") = -1, py::arg("stream") = 0);
+  m.def(
+      "device_status",
+      [] {
+        std::string why;
+        bool ok = device::available(&why);
+        return py::make_tuple(ok, why);
+      },
+      "(True, '') when collectives on CUDA memory can run here (an NCCL build and a visible device), "
+      "else (False, the reason)");
   // The torch layer's hot path (allreduce_ on a plain tensor): four arguments, no
   // keyword handling, synchronous, checked as set_shape_check says.
   m.def(

@@ -13,6 +13,11 @@ std::unique_ptr<Engine>& engine_slot() {
   return e;
 }
 
+std::unique_ptr<device::Collectives>& device_slot() {
+  static std::unique_ptr<device::Collectives> d;
+  return d;
+}
+
 std::atomic<bool>& shape_check_flag() {
   static std::atomic<bool> on{true};
   return on;
@@ -27,7 +32,8 @@ void start_process_engine() {
 }
 
 void stop_process_engine() {
-  engine_slot().reset();
+  engine_slot().reset();  // its last task has run: nothing uses the device collectives now
+  device_slot().reset();
   elasticrun::shutdown();
 }
 
@@ -37,6 +43,13 @@ Engine& process_engine() {
   auto& e = engine_slot();
   if (!e) throw Error("elasticrun is not initialised: call elasticrun.init() first");
   return *e;
+}
+
+device::Collectives& process_device_collectives(int device) {
+  process_engine();  // "not initialised" before init()
+  auto& d = device_slot();
+  if (!d) d = std::make_unique<device::Collectives>(elasticrun::context(), device);
+  return *d;
 }
 
 bool shape_check() { return shape_check_flag().load(std::memory_order_relaxed); }

@@ -10,6 +10,8 @@
 
 #include "engine.h"
 
+#include <elasticrun/device.hpp>
+
 namespace elasticrun::python {
 
 // Joins the job (elasticrun::init()) and starts the engine; nothing when already done.
@@ -20,6 +22,13 @@ void stop_process_engine();
 bool process_engine_started();
 // The engine; throws Error ("not initialised") before start_process_engine().
 Engine& process_engine();
+
+// The process's device collectives (NCCL), made by the first device request, with the
+// first communicator on `device` (that request's buffers' CUDA device); it rebuilds its
+// communicator itself when the epoch changes. Only the engine's tasks call it, one at a
+// time. Throws Error before start_process_engine(). stop_process_engine() destroys it
+// before leaving the job.
+device::Collectives& process_device_collectives(int device);
 
 // Whether collectives first check that every rank passes the same element count and
 // type (Request::check): elasticrun.set_shape_check, ELASTICRUN_CHECK_SHAPES=0.

@@ -62,7 +62,9 @@ void train(const CheckpointEnv& env, int commits, std::uint64_t every) {
       std::fill(w.begin(), w.end(), double(c));
       step = c;
       st.commit();
-      if (ctx.comm().rank() == 0 && c % every == 0) ASSERT_TRUE(appears(env.file(c))) << "commit " << c;
+      if (ctx.comm().rank() == 0 && c % every == 0) {
+        ASSERT_TRUE(appears(env.file(c))) << "commit " << c;
+      }
       ctx.comm().barrier();
     }
   });

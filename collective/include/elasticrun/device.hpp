@@ -79,7 +79,10 @@ std::unique_ptr<Communicator> make_communicator(Context& ctx);
 // finished writing them). All ranks must pass buffers of the same kind to one call.
 class Collectives {
  public:
-  explicit Collectives(Context& ctx);
+  // `device`: the CUDA device to build the first communicator on, for a caller that
+  // already placed its buffers (the Python package passes its tensors' device); -1 takes
+  // the worker's device as "Device choice" above says.
+  explicit Collectives(Context& ctx, int device = -1);
   ~Collectives();
 
   void allreduce(const void* in, void* out, std::size_t count, DataType t, ReduceOp op, void* stream = nullptr);
@@ -94,7 +97,7 @@ class Collectives {
   Context& ctx_;
   std::unique_ptr<Communicator> dev_;
   std::uint64_t dev_epoch_ = 0;
-  int device_ = -1;  // the CUDA device of the first communicator, kept for later epochs
+  int device_ = -1;  // the CUDA device of the first communicator (or the caller's), kept for later epochs
 };
 
 }  // namespace elasticrun::device

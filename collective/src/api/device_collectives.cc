@@ -55,7 +55,7 @@ std::unique_ptr<Communicator> make_on(Context& ctx, int device) {
 
 std::unique_ptr<Communicator> make_communicator(Context& ctx) { return make_on(ctx, -1); }
 
-Collectives::Collectives(Context& ctx) : ctx_(ctx) {}
+Collectives::Collectives(Context& ctx, int device) : ctx_(ctx), device_(device) {}
 Collectives::~Collectives() = default;
 
 Communicator* Collectives::device_for(const void* buf) {

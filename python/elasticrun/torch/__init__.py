@@ -18,15 +18,19 @@ broadcast_optimizer_state, broadcast_object, allgather_object; DistributedOptimi
 (HorovodInternalError = WorkersFailedError, HostsUpdatedInterrupt = HostsUpdatedError).
 
 What differs from Horovod:
-- CPU tensors only (another device is a TypeError); contiguous ones travel without a
-  copy, non-contiguous ones are copied (in-place forms write the result back).
+- CPU and CUDA tensors (another device is a TypeError). CUDA tensors go through NCCL
+  on torch's current stream (libelasticrun built with NCCL and a visible GPU, else a
+  TypeError saying which is missing); that path compiles and its refusals are tested,
+  but it has not run on a GPU yet (scripts/gpu-check runs it). Contiguous tensors
+  travel without a copy, non-contiguous ones are copied (in-place forms write the
+  result back).
 - No negotiation: every rank issues the same collectives in the same order; ``name``
   arguments are accepted and ignored. DistributedOptimizer's buckets are fixed at
   construction, in reverse parameter order.
 - ``join()`` is a barrier every rank must reach; joined ranks do not stand in for
   collectives the others still issue. It returns -1.
-- ``Adasum`` exists only to raise NotImplementedError; process sets, sparse gradients
-  and GPU tensors are not supported.
+- ``Adasum`` exists only to raise NotImplementedError; process sets and sparse gradients
+  are not supported.
 - ``reducescatter`` and ``alltoall`` with uneven splits pad to the largest share.
 
 Importing it also registers the torch.distributed backend ``elasticrun``

@@ -29,6 +29,7 @@ Snapshots are deep copies. sync() (on every rank after every reset) makes rank 0
 values everyone's, then saves them, so that a worker that joined has a snapshot to
 return to. A sampler's commit gathers the ranks' progress (one small allgather).
 """
+import collections
 import copy
 
 import torch
@@ -179,6 +180,17 @@ _registry = [
 ]
 
 
+def _on_cpu(obj):
+    """obj with every torch tensor in it (in dicts, lists, tuples) in host memory."""
+    if isinstance(obj, torch.Tensor):
+        return obj.cpu()
+    if type(obj) in (dict, collections.OrderedDict):  # state_dicts; other mappings as they are
+        return type(obj)((k, _on_cpu(v)) for k, v in obj.items())
+    if type(obj) in (list, tuple):
+        return type(obj)(_on_cpu(v) for v in obj)
+    return obj
+
+
 def register_handler(value_type, handler_class):
     """TorchState attributes that are instances of `value_type` are kept by
     `handler_class(value)` (a StateHandler). Later registrations take precedence."""
@@ -259,7 +271,11 @@ class TorchState(_elastic.ObjectState):
         self._holds_state = True
 
     def _durable(self):
-        return {"objects": self._saved_state, "handlers": {n: h.durable() for n, h in self._handlers.items()}}
+        # Tensors travel to the checkpoint in host memory: a GPU tensor would unpickle onto
+        # its device index, which the host that restores may not have; load_state_dict
+        # copies them back to the model's and optimizer's devices.
+        return {"objects": self._saved_state,
+                "handlers": {n: _on_cpu(h.durable()) for n, h in self._handlers.items()}}
 
     def _load_durable(self, snapshot):
         names = sorted(snapshot["handlers"])

@@ -22,11 +22,11 @@ def _tensors_of(params):
 
 
 def _groups(tensors):
-    """Consecutive tensors of one type, at most _FUSE_BYTES a group."""
+    """Consecutive tensors of one type on one device, at most _FUSE_BYTES a group."""
     group, size = [], 0
     for t in tensors:
         nbytes = t.numel() * t.element_size()
-        if group and (t.dtype != group[0].dtype or size + nbytes > _FUSE_BYTES):
+        if group and (t.dtype != group[0].dtype or t.device != group[0].device or size + nbytes > _FUSE_BYTES):
             yield group
             group, size = [], 0
         group.append(t)
@@ -40,7 +40,7 @@ def broadcast_parameters(params, root_rank=0):
     dict of name -> tensor (taken in sorted name order, as Horovod does), a list of
     (name, tensor) pairs such as model.named_parameters(), or a list of tensors. Every
     rank must pass the same structure. Tensors of one type are fused into one buffer per
-    ~64 MiB (one collective each, not one per tensor)."""
+    ~64 MiB (one collective each, not one per tensor); CPU and CUDA tensors apart."""
     tensors = [t.detach() for t in _tensors_of(params) if t is not None]
     for t in tensors:
         ops._code(t, "broadcast_parameters")
@@ -58,17 +58,18 @@ def broadcast_parameters(params, root_rank=0):
 
 
 class _Slot:
-    """Stands for tensor number `index` of a broadcast structure."""
+    """Stands for tensor number `index` of a broadcast structure; `device` is the root's
+    device type ("cpu" or "cuda")."""
 
-    def __init__(self, index, shape, dtype):
-        self.index, self.shape, self.dtype = index, shape, dtype
+    def __init__(self, index, shape, dtype, device="cpu"):
+        self.index, self.shape, self.dtype, self.device = index, shape, dtype, device
 
 
 def _split(obj, tensors):
     """obj with every tensor replaced by a _Slot; the tensors appended to `tensors`."""
     if isinstance(obj, torch.Tensor):
         tensors.append(obj)
-        return _Slot(len(tensors) - 1, tuple(obj.shape), obj.dtype)
+        return _Slot(len(tensors) - 1, tuple(obj.shape), obj.dtype, obj.device.type)
     if isinstance(obj, dict):
         return {k: _split(v, tensors) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
@@ -98,10 +99,22 @@ def broadcast_optimizer_state(optimizer, root_rank=0):
     if me != root_rank:
         slots = []
         _collect_slots(structure, slots)
-        tensors = [torch.empty(s.shape, dtype=s.dtype) for s in sorted(slots, key=lambda s: s.index)]
+        cuda = _cuda_device_of(optimizer)
+        tensors = [torch.empty(s.shape, dtype=s.dtype, device=cuda if s.device == "cuda" else "cpu")
+                   for s in sorted(slots, key=lambda s: s.index)]
     broadcast_parameters(tensors, root_rank)
     if me != root_rank:
         optimizer.load_state_dict(_join(structure, tensors))
+
+
+def _cuda_device_of(optimizer):
+    """Where this rank receives the root's CUDA state: its own parameters' GPU (the
+    root's device index may not exist here), else torch's current device."""
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            if p.is_cuda:
+                return p.device
+    return torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
 
 
 def _collect_slots(obj, out):

@@ -1,4 +1,4 @@
-"""Horovod's collectives on torch CPU tensors, over elasticrun._core.
+"""Horovod's collectives on torch CPU and CUDA tensors, over elasticrun._core.
 
 Contiguous tensors are passed to the library by their data pointer, without a copy. A
 non-contiguous tensor is copied, as Horovod does: the out-of-place forms reduce a
@@ -7,7 +7,15 @@ variants) reduce a contiguous copy and write it back into the caller's tensor wh
 operation completes (in ``synchronize()`` for a handle, so a handle must be
 synchronized for the result to land). Element types: float16, bfloat16, float32,
 float64, int8, uint8, int32, int64; any other (bool, int16, complex ...) is a
-TypeError, as is a tensor that is not on the CPU.
+TypeError, as is a tensor on a device other than the CPU and CUDA.
+
+CUDA tensors go through NCCL (libelasticrun built with it, and a visible GPU; else a
+TypeError saying which is missing), enqueued on torch's current stream of the tensor's
+device at the time of the call, so after the kernels that produced the input; the call
+(or the handle's synchronize) returns once the collective completed on that stream.
+Every rank passes tensors of the same kind to one collective, and a worker keeps its
+collectives on one GPU. Prescale and postscale factors are applied with torch on that
+stream. The size and shape exchanges of allgather and alltoall travel in host memory.
 
 Unlike Horovod there is no negotiation by name: every rank must issue the same
 collectives in the same order (``name`` is accepted and ignored). Asynchronous ones run
@@ -57,12 +65,31 @@ _HAS_CHECK = "check" in (_core.ptr_collective.__doc__ or "")
 _CODES = {t: _core.DTYPES[n] for t, n in _NAMES.items()}
 
 
+_device_status = None  # _core.device_status(), asked once: (True, "") or (False, why)
+
+
+def _check_device(tensor, what):
+    """A CPU tensor passes; a CUDA one if this process can run collectives on GPU memory."""
+    kind = tensor.device.type
+    if kind == "cpu":
+        return
+    if kind != "cuda":
+        raise TypeError(f"{what}: the tensor is on {tensor.device}; elasticrun.torch takes CPU and CUDA tensors")
+    global _device_status
+    if _device_status is None:
+        status = getattr(_core, "device_status", None)
+        _device_status = status() if status is not None else (False, "this elasticrun._core has no device path")
+    ok, why = _device_status
+    if not ok:
+        raise TypeError(f"{what}: the tensor is on {tensor.device}, but this process cannot run collectives on "
+                        f"GPU memory: {why}")
+
+
 def _code(tensor, what):
     """The library's code for the tensor's element type; TypeError for what it cannot take."""
     if not isinstance(tensor, torch.Tensor):
         raise TypeError(f"{what}: expected a torch.Tensor, got {type(tensor).__name__}")
-    if tensor.device.type != "cpu":
-        raise TypeError(f"{what}: the tensor is on {tensor.device}; elasticrun.torch takes CPU tensors")
+    _check_device(tensor, what)
     name = _NAMES.get(tensor.dtype)
     if name is None:
         raise TypeError(f"{what}: element type {tensor.dtype} is not supported "
@@ -94,10 +121,59 @@ def _shape_check():
 
 
 def _issue(kind, inp, out, count, code, op=Sum, root=0, pre=1.0, post=1.0, async_=False, keep=None, check=None):
-    """One raw-pointer collective; the caller keeps the tensors alive (keep= for async)."""
+    """One raw-pointer collective; the caller keeps the tensors alive (keep= for async).
+    Returns the core's handle when async_ (something with poll() and wait(timeout))."""
     kw = {"check": _shape_check() if check is None else check} if _HAS_CHECK else {}
+    if out.is_cuda:
+        return _issue_cuda(kind, inp, out, count, code, op, root, pre, post, async_, keep, kw)
     return _core.ptr_collective(kind, inp.data_ptr() if inp is not None else 0, out.data_ptr(), count, code, op,
                                 root, pre, post, async_, keep, **kw)
+
+
+class _Postscaled:
+    """A handle whose output is multiplied by `factor` once the collective completed."""
+
+    __slots__ = ("_handle", "_out", "_factor")
+
+    def __init__(self, handle, out, factor):
+        self._handle, self._out, self._factor = handle, out, factor
+
+    def poll(self):
+        return self._handle.poll()
+
+    def wait(self, timeout=None):
+        if self._handle is not None:
+            self._handle.wait(timeout)
+            self._handle = _Done()
+            self._out.mul_(self._factor)
+
+
+class _Done:
+    def poll(self):
+        return True
+
+    def wait(self, timeout=None):
+        pass
+
+
+def _issue_cuda(kind, inp, out, count, code, op, root, pre, post, async_, keep, kw):
+    """_issue for CUDA tensors: NCCL on torch's current stream of out's device. The
+    library scales no GPU memory, so the factors are applied here, with torch, on that
+    stream: prescale into `out` before, postscale after completion."""
+    if pre != 1.0:
+        if inp is not None and inp is not out:
+            out.copy_(inp)
+        out.mul_(pre)
+        inp = out
+    stream = torch.cuda.current_stream(out.device).cuda_stream
+    h = _core.ptr_collective(kind, inp.data_ptr() if inp is not None else 0, out.data_ptr(), count, code, op, root,
+                             1.0, 1.0, async_, keep, device=out.device.index, stream=stream, **kw)
+    if post == 1.0:
+        return h
+    if async_:
+        return _Postscaled(h, out, post)
+    out.mul_(post)
+    return None
 
 
 class Handle:
@@ -439,7 +515,7 @@ def alltoall(tensor, splits=None, name=None):
         out = torch.empty_like(t)
         _issue("alltoall", t, out, (rows // n) * row, code)
         return out
-    splits = torch.as_tensor(splits, dtype=torch.int64).reshape(-1)
+    splits = torch.as_tensor(splits, dtype=torch.int64).reshape(-1).cpu()
     if splits.numel() != n or int(splits.sum()) != rows or bool((splits < 0).any()):
         raise ValueError(f"alltoall: splits must be {n} non-negative counts summing to {rows}, got {splits.tolist()}")
     every = torch.empty(n * n, dtype=torch.int64)  # every[i*n + j]: rows rank i sends rank j

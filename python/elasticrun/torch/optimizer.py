@@ -47,18 +47,18 @@ class _Bucket:
         for p in params:
             self.offsets.append(at)
             at += p.numel()
-        self.buffer = torch.empty(at, dtype=params[0].dtype)
+        self.buffer = torch.empty(at, dtype=params[0].dtype, device=params[0].device)
         self.ready = 0
         self.pending = None  # (handle, sent tensor, compression context) once issued
 
 
 def _buckets_of(params, cap_bytes):
-    """Consecutive parameters of one type, at most cap_bytes a bucket (a larger
-    parameter has a bucket of its own)."""
+    """Consecutive parameters of one type on one device, at most cap_bytes a bucket (a
+    larger parameter has a bucket of its own)."""
     buckets, group, size = [], [], 0
     for p in params:
         nbytes = p.numel() * p.element_size()
-        if group and (p.dtype != group[0].dtype or size + nbytes > cap_bytes):
+        if group and (p.dtype != group[0].dtype or p.device != group[0].device or size + nbytes > cap_bytes):
             buckets.append(_Bucket(group))
             group, size = [], 0
         group.append(p)

@@ -6,6 +6,7 @@ import sys
 import torch
 
 import elasticrun.torch as hvd
+from elasticrun import _core
 from checklib import check, finish, raises
 from torch_inputs import input_of
 
@@ -151,6 +152,20 @@ def mode_others():
         raises(TypeError, lambda: hvd.broadcast_(bad, 0), f"broadcast_ {bad.dtype}", "not supported")
         raises(TypeError, lambda: hvd.allgather(bad), f"allgather {bad.dtype}", "not supported")
     raises(TypeError, lambda: hvd.allreduce([1.0, 2.0]), "allreduce of a list", "torch.Tensor")
+    raises(TypeError, lambda: hvd.allreduce(torch.ones(3, device="meta")), "allreduce of a meta tensor",
+           "CPU and CUDA")
+    # GPU memory in a process without device collectives (here: no GPU; or a build without
+    # NCCL): refused on every rank before any collective, with the reason, and the engine
+    # goes on. (A GPU machine runs the device path itself: scripts/gpu-check.)
+    ok, why = _core.device_status()
+    check(ok or why, "device_status gives a reason when it says no")
+    if not ok:
+        t = torch.ones(3)
+        raises(hvd.ElasticrunError, lambda: _core.ptr_collective("allreduce", t.data_ptr(), t.data_ptr(), 3,
+                                                                 _core.DTYPES["f32"], device=0, stream=0),
+               "a device request without device collectives", "this process has no device collectives: " + why)
+        check(torch.equal(hvd.allreduce(t, op=hvd.Sum), torch.full((3,), float(size))),
+              "allreduce after a refused device request")
     raises(ValueError, lambda: hvd.alltoall(torch.ones(size * 2 + 1)), "alltoall uneven without splits", "multiple")
     # autograd: allreduce and allgather carry gradients as Horovod's do
     w = torch.ones(3, requires_grad=True)
