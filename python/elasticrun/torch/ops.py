@@ -62,6 +62,10 @@ _NAMES = {
     torch.int8: "i8", torch.uint8: "u8", torch.int32: "i32", torch.int64: "i64",
 }
 _HAS_CHECK = "check" in (_core.ptr_collective.__doc__ or "")
+try:  # allreduce_'s checks in C++, where the torch.distributed backend was built
+    from elasticrun._c10d import allreduce_inplace as _fast_allreduce_
+except ImportError:
+    _fast_allreduce_ = None
 _CODES = {t: _core.DTYPES[n] for t, n in _NAMES.items()}
 
 
@@ -301,6 +305,9 @@ def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.
 
 def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0):
     """As allreduce, in place: `tensor` receives the result and is returned."""
+    if _fast_allreduce_ is not None and average is None and prescale_factor == 1.0 and postscale_factor == 1.0 \
+            and (op is None or type(op) is int) and _fast_allreduce_(tensor, Average if op is None else op):
+        return tensor
     return _allreduce_inplace(tensor, _op_of(op, average), prescale_factor, postscale_factor, False, "allreduce_")
 
 

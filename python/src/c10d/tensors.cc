@@ -5,7 +5,6 @@
 #include <optional>
 
 namespace elasticrun::python::c10d {
-namespace {
 
 std::optional<DataType> library_type(at::ScalarType s) {
   switch (s) {
@@ -20,6 +19,8 @@ std::optional<DataType> library_type(at::ScalarType s) {
     default: return std::nullopt;
   }
 }
+
+namespace {
 
 void check_memory(const at::Tensor& t, const char* op) {
   TORCH_CHECK(t.defined(), "elasticrun: ", op, ": the tensor is undefined");

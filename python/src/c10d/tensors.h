@@ -11,6 +11,7 @@
 #include <torch/csrc/distributed/c10d/Types.hpp>
 
 #include <cstddef>
+#include <optional>
 #include <vector>
 
 namespace elasticrun::python::c10d {
@@ -21,6 +22,9 @@ struct Buffer {
   std::size_t count = 0;  // elements of `type`
   DataType type = DataType::u8;
 };
+
+// The library's element type for torch's, if it has one.
+std::optional<DataType> library_type(at::ScalarType s);
 
 // Checks `t` (CPU, dense, contiguous) and returns its buffer in its own element type;
 // an element type the library cannot reduce is an error.

@@ -7,6 +7,7 @@ import torch
 
 import elasticrun.torch as hvd
 from elasticrun import _core
+from elasticrun.torch import backend as _backend, ops
 from checklib import check, finish, raises
 from torch_inputs import input_of
 
@@ -95,6 +96,23 @@ def mode_allreduce():
     grouped = hvd.grouped_allreduce([torch.ones(3) * r, torch.ones(2, dtype=torch.int32)], op=hvd.Sum)
     check(torch.equal(grouped[0], torch.ones(3) * sum(range(size))) and torch.equal(grouped[1], torch.full((2,), size, dtype=torch.int32)),
           "grouped_allreduce")
+    # allreduce_'s C++ fast path (built with the torch.distributed backend): it reduces a
+    # plain CPU tensor and declines, doing nothing, whatever the Python path must handle
+    # (copies, autograd, refusals with Horovod's errors)
+    fast = ops._fast_allreduce_
+    check(fast is not None or not _backend.available(), "the fast path exists where the backend was built")
+    if fast is not None:
+        t = torch.ones(4)
+        check(fast(t, hvd.Sum) is True and torch.equal(t, torch.full((4,), float(size))), "fast allreduce_ plain")
+        for what, x in (("requires_grad", torch.ones(4, requires_grad=True)), ("non-contiguous", torch.ones(4, 2).t()),
+                        ("bool", torch.ones(4, dtype=torch.bool)), ("int16", torch.ones(4, dtype=torch.int16)),
+                        ("meta", torch.ones(4, device="meta")), ("sparse", torch.ones(4).to_sparse()),
+                        ("list", [1.0, 2.0])):
+            check(fast(x, hvd.Sum) is False, f"fast allreduce_ declines a {what} tensor")
+        check(fast(torch.ones(4), 99) is False and fast(torch.ones(4), -1) is False, "fast allreduce_: unknown op")
+        g = torch.ones(3, requires_grad=True)  # declined above: the Python path reduces its data
+        check(hvd.allreduce_(g, op=hvd.Sum) is g and torch.equal(g.detach(), torch.full((3,), float(size))),
+              "allreduce_ of a tensor that requires grad")
 
 
 def mode_others():
