@@ -100,6 +100,13 @@ void execute_on_device(Context& ctx, const Request& r) {
     throw Error(fmt::format("{}: prescale and postscale factors are not applied to device buffers here "
                             "(elasticrun.torch scales them with torch)",
                             what));
+  {
+    // A pointer CUDA does not place on a device would take Collectives' host path.
+    device::CurrentDevice on(r.device);
+    if (device::memory_of(r.out) != device::Memory::device)
+      throw Error(fmt::format("{}: the output buffer is not GPU memory that CUDA knows of (device {})", what,
+                              r.device));
+  }
   if (r.check && r.kind != Request::Kind::barrier) check_agreement(ctx.comm(), r);
   device::Collectives& d = process_device_collectives(r.device);
   switch (r.kind) {

@@ -49,8 +49,9 @@ struct Request {
   bool check = false;
   // GPU memory: the CUDA device index of the buffers (-1: host memory). Such a request
   // runs through NCCL (elasticrun::device::Collectives) on `stream` (a cudaStream_t;
-  // null: the legacy default stream) and returns once it completed there. Not for
-  // allgatherv or barrier; no prescale or postscale (the torch layer scales with torch).
+  // null: the legacy default stream) and returns once it completed there (not waiting
+  // for what was queued on the stream after it). Not for allgatherv or barrier; no
+  // prescale or postscale (the torch layer scales with torch).
   int device = -1;
   void* stream = nullptr;
 };

@@ -49,6 +49,21 @@ bool available(std::string* why = nullptr);
 // out-of-range ELASTICRUN_DEVICE.
 int use_device(const Context& ctx);
 
+// Makes `device` the calling thread's current CUDA device while it lives, then puts the
+// previous one back; a thread that had none (CUDA would report 0, and going "back" would
+// make a context on GPU 0) keeps `device`. Nothing for device < 0 or without the NCCL
+// backend. Throws Error when cudaSetDevice fails.
+class CurrentDevice {
+ public:
+  explicit CurrentDevice(int device);
+  ~CurrentDevice();
+  CurrentDevice(const CurrentDevice&) = delete;
+  CurrentDevice& operator=(const CurrentDevice&) = delete;
+
+ private:
+  int previous_ = -1;
+};
+
 // Collectives on device buffers, for one epoch. Same shapes as elasticrun::Communicator;
 // `count` is in elements; in == out means in place.
 class Communicator {
@@ -77,6 +92,8 @@ std::unique_ptr<Communicator> make_communicator(Context& ctx);
 // communicator (made on first use, remade when ctx's epoch changes, on the device of
 // the first one), host buffers to ctx.comm() (the stream is ignored; the caller has
 // finished writing them). All ranks must pass buffers of the same kind to one call.
+// Each call runs on the communicator's device (CurrentDevice) and leaves the calling
+// thread's current device as it found it.
 class Collectives {
  public:
   // `device`: the CUDA device to build the first communicator on, for a caller that

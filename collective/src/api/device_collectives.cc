@@ -79,27 +79,32 @@ Communicator* Collectives::device_for(const void* buf) {
 }
 
 void Collectives::allreduce(const void* in, void* out, std::size_t count, DataType t, ReduceOp op, void* stream) {
+  CurrentDevice on(device_);  // the communicator's, for the pointer query too; the caller's after
   if (auto* d = device_for(in)) return d->allreduce(in, out, count, t, op, stream);
   ctx_.comm().allreduce(in, out, count, t, op);
 }
 
 void Collectives::broadcast(void* buf, std::size_t count, DataType t, int root, void* stream) {
+  CurrentDevice on(device_);  // the communicator's, for the pointer query too; the caller's after
   if (auto* d = device_for(buf)) return d->broadcast(buf, count, t, root, stream);
   ctx_.comm().broadcast(buf, count, t, root);
 }
 
 void Collectives::allgather(const void* in, void* out, std::size_t count, DataType t, void* stream) {
+  CurrentDevice on(device_);  // the communicator's, for the pointer query too; the caller's after
   if (auto* d = device_for(out)) return d->allgather(in, out, count, t, stream);
   ctx_.comm().allgather(in, out, count, t);
 }
 
 void Collectives::reduce_scatter(const void* in, void* out, std::size_t count, DataType t, ReduceOp op,
                                  void* stream) {
+  CurrentDevice on(device_);  // the communicator's, for the pointer query too; the caller's after
   if (auto* d = device_for(in)) return d->reduce_scatter(in, out, count, t, op, stream);
   ctx_.comm().reduce_scatter(in, out, count, t, op);
 }
 
 void Collectives::alltoall(const void* in, void* out, std::size_t count, DataType t, void* stream) {
+  CurrentDevice on(device_);  // the communicator's, for the pointer query too; the caller's after
   if (auto* d = device_for(in)) return d->alltoall(in, out, count, t, stream);
   ctx_.comm().alltoall(in, out, count, t);
 }

@@ -19,11 +19,11 @@ broadcast_optimizer_state, broadcast_object, allgather_object; DistributedOptimi
 
 What differs from Horovod:
 - CPU and CUDA tensors (another device is a TypeError). CUDA tensors go through NCCL
-  on torch's current stream (libelasticrun built with NCCL and a visible GPU, else a
-  TypeError saying which is missing); that path compiles and its refusals are tested,
-  but it has not run on a GPU yet (scripts/gpu-check runs it). Contiguous tensors
-  travel without a copy, non-contiguous ones are copied (in-place forms write the
-  result back).
+  on a stream of the package's own that waits for torch's current one (libelasticrun
+  built with NCCL and a visible GPU, else a TypeError saying which is missing); that
+  path compiles and its refusals are tested, but it has not run on a GPU yet
+  (scripts/gpu-check runs it). Contiguous tensors travel without a copy, non-contiguous
+  ones are copied (in-place forms write the result back).
 - No negotiation: every rank issues the same collectives in the same order; ``name``
   arguments are accepted and ignored. DistributedOptimizer's buckets are fixed at
   construction, in reverse parameter order.

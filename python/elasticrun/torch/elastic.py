@@ -274,7 +274,7 @@ class TorchState(_elastic.ObjectState):
         # Tensors travel to the checkpoint in host memory: a GPU tensor would unpickle onto
         # its device index, which the host that restores may not have; load_state_dict
         # copies them back to the model's and optimizer's devices.
-        return {"objects": self._saved_state,
+        return {"objects": _on_cpu(self._saved_state),
                 "handlers": {n: _on_cpu(h.durable()) for n, h in self._handlers.items()}}
 
     def _load_durable(self, snapshot):

@@ -44,6 +44,9 @@ def broadcast_parameters(params, root_rank=0):
     tensors = [t.detach() for t in _tensors_of(params) if t is not None]
     for t in tensors:
         ops._code(t, "broadcast_parameters")
+    # CPU and CUDA tensors, and types, apart before fusing (an optimizer's state interleaves
+    # a CPU step count with CUDA moments); stable, and the same on every rank.
+    tensors.sort(key=lambda t: (t.device.type, str(t.dtype)))
     for group in _groups(tensors):
         if len(group) == 1:
             ops.broadcast_(group[0], root_rank)

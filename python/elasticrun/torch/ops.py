@@ -10,12 +10,15 @@ float64, int8, uint8, int32, int64; any other (bool, int16, complex ...) is a
 TypeError, as is a tensor on a device other than the CPU and CUDA.
 
 CUDA tensors go through NCCL (libelasticrun built with it, and a visible GPU; else a
-TypeError saying which is missing), enqueued on torch's current stream of the tensor's
-device at the time of the call, so after the kernels that produced the input; the call
-(or the handle's synchronize) returns once the collective completed on that stream.
-Every rank passes tensors of the same kind to one collective, and a worker keeps its
-collectives on one GPU. Prescale and postscale factors are applied with torch on that
-stream. The size and shape exchanges of allgather and alltoall travel in host memory.
+TypeError saying which is missing), on a communication stream of the package's own per
+device, which first waits for torch's current stream there (so the collective runs
+after the kernels that produced its input, and beside those queued after it, such as
+the rest of backward()); the call, or the handle's synchronize, returns once the
+collective has completed. Every rank passes tensors of the same kind to one collective,
+and a worker keeps its collectives on one GPU. Prescale and postscale factors are
+applied with torch: before, on the current stream; after, on the stream that was current
+when the collective was issued. The size and shape exchanges of allgather and alltoall
+travel in host memory.
 
 Unlike Horovod there is no negotiation by name: every rank must issue the same
 collectives in the same order (``name`` is accepted and ignored). Asynchronous ones run
@@ -135,47 +138,55 @@ def _issue(kind, inp, out, count, code, op=Sum, root=0, pre=1.0, post=1.0, async
 
 
 class _Postscaled:
-    """A handle whose output is multiplied by `factor` once the collective completed."""
+    """A handle whose output is multiplied by `factor`, on `stream`, once the collective
+    completed (at the first wait; later waits return at once)."""
 
-    __slots__ = ("_handle", "_out", "_factor")
+    __slots__ = ("_handle", "_out", "_factor", "_stream")
 
-    def __init__(self, handle, out, factor):
-        self._handle, self._out, self._factor = handle, out, factor
+    def __init__(self, handle, out, factor, stream):
+        self._handle, self._out, self._factor, self._stream = handle, out, factor, stream
 
     def poll(self):
-        return self._handle.poll()
+        return self._handle is None or self._handle.poll()
 
     def wait(self, timeout=None):
-        if self._handle is not None:
-            self._handle.wait(timeout)
-            self._handle = _Done()
+        if self._handle is None:
+            return
+        self._handle.wait(timeout)
+        self._handle = None
+        with torch.cuda.stream(self._stream):
             self._out.mul_(self._factor)
 
 
-class _Done:
-    def poll(self):
-        return True
+_comm_streams = {}  # CUDA device index -> the stream NCCL runs on there
 
-    def wait(self, timeout=None):
-        pass
+
+def _comm_stream(device):
+    s = _comm_streams.get(device.index)
+    if s is None:
+        s = _comm_streams[device.index] = torch.cuda.Stream(device=device)
+    return s
 
 
 def _issue_cuda(kind, inp, out, count, code, op, root, pre, post, async_, keep, kw):
-    """_issue for CUDA tensors: NCCL on torch's current stream of out's device. The
-    library scales no GPU memory, so the factors are applied here, with torch, on that
-    stream: prescale into `out` before, postscale after completion."""
+    """_issue for CUDA tensors: NCCL on the communication stream of out's device, after
+    what torch's current stream there has queued so far. The library scales no GPU
+    memory, so the factors are applied here, with torch: prescale into `out` on the
+    current stream before, postscale after completion."""
+    current = torch.cuda.current_stream(out.device)
     if pre != 1.0:
         if inp is not None and inp is not out:
             out.copy_(inp)
         out.mul_(pre)
         inp = out
-    stream = torch.cuda.current_stream(out.device).cuda_stream
+    comm = _comm_stream(out.device)
+    comm.wait_stream(current)
     h = _core.ptr_collective(kind, inp.data_ptr() if inp is not None else 0, out.data_ptr(), count, code, op, root,
-                             1.0, 1.0, async_, keep, device=out.device.index, stream=stream, **kw)
+                             1.0, 1.0, async_, keep, device=out.device.index, stream=comm.cuda_stream, **kw)
     if post == 1.0:
         return h
     if async_:
-        return _Postscaled(h, out, post)
+        return _Postscaled(h, out, post, current)
     out.mul_(post)
     return None
 

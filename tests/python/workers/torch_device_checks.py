@@ -94,11 +94,12 @@ def streams(dev):
     r, size = hvd.rank(), hvd.size()
     s = torch.cuda.Stream(dev)
     with torch.cuda.stream(s):
-        x = torch.full((1 << 22,), float(r + 1), device=dev)
-        for _ in range(20):  # queue some work on s ahead of the collective
-            x = x * 1.0
+        x = torch.full((1 << 22,), float(r + 1 - 20), device=dev)
+        torch.cuda._sleep(10 ** 8)  # keeps s busy, so the adds below are still queued at the call
+        for _ in range(20):
+            x.add_(1)
         got = hvd.allreduce(x, op=hvd.Sum)
-    check(bool((got == float(size * (size + 1) // 2)).all()), "allreduce on a side stream")
+    check(bool((got == float(size * (size + 1) // 2)).all()), "allreduce after the kernels queued on a side stream")
     hc = hvd.allreduce_async_(torch.full((5,), float(r)), op=hvd.Sum)
     hd = hvd.allreduce_async_(torch.full((5,), float(r), device=dev), op=hvd.Sum)
     total = float(size * (size - 1) // 2)
@@ -153,7 +154,7 @@ def broadcasts(dev):
 
 
 def state(dev, model, opt):
-    st = hvd.elastic.TorchState(model=model, optimizer=opt, epoch=3)
+    st = hvd.elastic.TorchState(model=model, optimizer=opt, epoch=3, best=torch.ones(2, device=dev))
     st.sync()
     before = [p.detach().clone() for p in model.parameters()]
     st.commit()
@@ -178,6 +179,7 @@ def state(dev, model, opt):
 
     walk(snap)
     check(tensors and all(t.device.type == "cpu" for t in tensors), "durable snapshot in host memory")
+    check(st._durable()["objects"]["best"].device.type == "cpu", "durable snapshot: a plain attribute in host memory")
 
 
 def main():

@@ -15,6 +15,8 @@
 #include <cudaTypedefs.h>
 #include <cuda_runtime_api.h>
 
+#include <elasticrun/device.hpp>
+
 #include <string>
 
 namespace elasticrun::collective {
@@ -50,29 +52,6 @@ bool thread_has_context() {
   return !get || get(&ctx) != CUDA_SUCCESS || ctx != nullptr;
 }
 
-// Makes `device` current for its lifetime (if it is one), then puts the previous back.
-// Only when they differ, and only to a device the thread had chosen: cudaSetDevice
-// creates the device's primary context (hundreds of MB), and "back" to the 0 that a
-// thread without a device reports would put one on GPU 0. Such a thread keeps `device`.
-class DeviceScope {
- public:
-  explicit DeviceScope(int device) {
-    int current = -1;
-    if (device < 0 || cudaGetDevice(&current) != cudaSuccess || current == device) return;
-    bool chosen = thread_has_context();
-    check_cuda(cudaSetDevice(device), "elastic state: cudaSetDevice(" + std::to_string(device) + ")");
-    if (chosen) previous_ = current;
-  }
-  ~DeviceScope() {
-    if (previous_ >= 0) cudaSetDevice(previous_);
-  }
-  DeviceScope(const DeviceScope&) = delete;
-  DeviceScope& operator=(const DeviceScope&) = delete;
-
- private:
-  int previous_ = -1;
-};
-
 class CudaMemoryOps final : public MemoryOps {
  public:
   explicit CudaMemoryOps(std::chrono::milliseconds timeout) : timeout_(timeout) {}
@@ -82,7 +61,7 @@ class CudaMemoryOps final : public MemoryOps {
   void copy(void* dst, const void* src, std::size_t bytes) override {
     int dev = device_of(dst);
     if (dev < 0) dev = device_of(src);
-    DeviceScope scope(dev);
+    device::CurrentDevice scope(dev);
     check_cuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, cudaStreamLegacy),
                "elastic state: cudaMemcpyAsync");
     // No abort signal: restore() runs while the failed epoch's abort is still raised.
@@ -90,7 +69,7 @@ class CudaMemoryOps final : public MemoryOps {
   }
 
   void* allocate_device(std::size_t bytes, const void* near) override {
-    DeviceScope scope(device_of(near));
+    device::CurrentDevice scope(device_of(near));
     void* p = nullptr;
     check_cuda(cudaMalloc(&p, bytes), "elastic state: cudaMalloc(" + std::to_string(bytes) + ") for a device snapshot");
     return p;
@@ -100,7 +79,7 @@ class CudaMemoryOps final : public MemoryOps {
   void free_device(void* p) noexcept override {
     if (!p) return;
     try {
-      DeviceScope scope(device_of(p));
+      device::CurrentDevice scope(device_of(p));
       cudaFree(p);
     } catch (...) {
       cudaFree(p);  // its device could not be made current: free from where we are
@@ -118,3 +97,22 @@ std::shared_ptr<MemoryOps> device_memory_ops() {
 }
 
 }  // namespace elasticrun::collective
+
+namespace elasticrun::device {
+
+// Only when they differ, and only back to a device the thread had chosen: cudaSetDevice
+// creates the device's primary context (hundreds of MB), and "back" to the 0 that a
+// thread without a device reports would put one on GPU 0.
+CurrentDevice::CurrentDevice(int device) {
+  int current = -1;
+  if (device < 0 || cudaGetDevice(&current) != cudaSuccess || current == device) return;
+  bool chosen = collective::thread_has_context();
+  collective::check_cuda(cudaSetDevice(device), "cudaSetDevice(" + std::to_string(device) + ")");
+  if (chosen) previous_ = current;
+}
+
+CurrentDevice::~CurrentDevice() {
+  if (previous_ >= 0) cudaSetDevice(previous_);
+}
+
+}  // namespace elasticrun::device

@@ -67,6 +67,11 @@ class NcclDeviceCommunicator final : public device::Communicator {
     handle_ = NcclHandle::init(cfg.size, cfg.rank, id, w);
   }
 
+  ~NcclDeviceCommunicator() override {
+    if (done_) cudaEventDestroy(done_);
+  }
+  NcclDeviceCommunicator& operator=(const NcclDeviceCommunicator&) = delete;
+
   int rank() const override { return cfg_.rank; }
   int size() const override { return cfg_.size; }
   int device() const override { return device_; }
@@ -163,7 +168,9 @@ class NcclDeviceCommunicator final : public device::Communicator {
       throw Error(std::string(what) + ": a buffer is not device memory");
   }
 
-  // Launches one operation (which may answer ncclInProgress) and waits for its stream.
+  // Launches one operation (which may answer ncclInProgress) and waits for it: for an
+  // event recorded on its stream once it is enqueued, so that work the caller queued on
+  // the same stream afterwards (from another thread) is not waited for.
   template <class Launch>
   void run(const char* what, void* stream, Launch&& launch) {
     Watch w = watch(what);  // check_args has made device_ current
@@ -177,13 +184,16 @@ class NcclDeviceCommunicator final : public device::Communicator {
       handle_.abort();
     check_nccl(r, what);  // returns for success and ncclInProgress
     handle_.wait_ready(w);  // a non-blocking launch may still be enqueuing
-    handle_.wait_stream(s, w);
+    if (!done_) check_cuda(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming), std::string(what) + ": cudaEventCreate");
+    check_cuda(cudaEventRecord(done_, s), std::string(what) + ": cudaEventRecord");
+    handle_.wait_event(done_, w);
   }
 
   DeviceCommConfig cfg_;
   std::shared_ptr<AbortSignal> abort_;
   int device_ = 0;
   NcclHandle handle_;
+  cudaEvent_t done_ = nullptr;  // made on device_ at the first operation; not copied by shrink()
 };
 
 }  // namespace

@@ -166,16 +166,16 @@ void NcclHandle::wait_ready(const Watch& w) {
   }
 }
 
-void NcclHandle::wait_stream(cudaStream_t stream, const Watch& w) {
+void NcclHandle::wait_event(cudaEvent_t done, const Watch& w) {
   if (!comm_) throw WorkersFailed(w.what + ": the NCCL communicator was aborted");
   Backoff b;
   for (;;) {
-    cudaError_t q = cudaStreamQuery(stream);
+    cudaError_t q = cudaEventQuery(done);
     ncclResult_t st = async_state();
     if (st != ncclSuccess && st != ncclInProgress) wait_ready(w);  // throws with NCCL's reason
     if (classify(q) == Outcome::error) {
       abort();
-      check_cuda(q, w.what + ": cudaStreamQuery");
+      check_cuda(q, w.what + ": cudaEventQuery");
     }
     if (q == cudaSuccess && st == ncclSuccess) return;
     check_watch(w);

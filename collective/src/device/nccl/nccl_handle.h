@@ -54,8 +54,11 @@ class NcclHandle {
 
   // Polls until the last non-blocking call on this communicator finished.
   void wait_ready(const Watch& w);
-  // Polls until all work queued on `stream` finished (and the communicator is healthy).
-  void wait_stream(cudaStream_t stream, const Watch& w);
+  // Polls until `done` (an event recorded right after this communicator's operation) has
+  // completed, and the communicator is healthy. Only the operation and what its stream
+  // ran before it are waited for, not the kernels queued behind it (a training loop's
+  // next layers, when the caller's stream is its compute stream).
+  void wait_event(cudaEvent_t done, const Watch& w);
   // Frees the handle and kills its kernels. Safe to call twice.
   void abort() noexcept;
   // Alive, with no error pending and no operation in progress.
