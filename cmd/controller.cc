@@ -124,6 +124,7 @@ void EpochController::launch(const Place& p, Worker& w) {
   daemon_gone_.erase(p.first);  // the spawn starts a daemon there if it has none
   TorchWorker torch = torch_worker(assignment_, w.rank);
   torch.master_port = master_port_;
+  torch.agent_store = agent_store_;
   torch.restart_count = restarts_;
   torch.max_restarts = cfg_.max_restarts.value_or(0);
   out_.push_back(command::Spawn{p, w.rank, assignment_.size(), w.started_epoch, std::move(torch)});

@@ -82,11 +82,13 @@ struct Spawn {  // start the place's worker (its daemon first, if need be)
 };
 // Before the epoch's workers start: rank 0's daemon (on `host`) reserves the epoch's
 // MASTER_PORT; answered by port_reserved(). The daemons of `hosts`, which get workers in
-// the epoch, may be started meanwhile.
+// the epoch, may be started meanwhile. In restart mode the daemon is also asked to host
+// torch's store on the port (host_store; msg::ReservePort).
 struct ReservePort {
   std::string host;
   std::uint64_t epoch = 0;
   std::vector<std::string> hosts;
+  bool host_store = false;
 };
 struct Signal {  // signal the process at a place, if its daemon is still there
   Place place;
@@ -143,7 +145,10 @@ class EpochController {
   void worker_exited(const std::string& host, const msg::Exited& e, TimePoint now);
   void spawn_failed(const std::string& host, std::uint32_t slot, const std::string& why);
   // Rank 0's daemon reserved `port` for `epoch` (0: it could not, for `error`).
-  void port_reserved(const std::string& host, std::uint64_t epoch, int port, const std::string& error);
+  // `store`: torch's store listens on the port, hosted by the daemon (its workers then
+  // get TORCHELASTIC_USE_AGENT_STORE=True).
+  void port_reserved(const std::string& host, std::uint64_t epoch, int port, const std::string& error,
+                     bool store = false);
   void daemon_closed(const std::string& host, DaemonEnd end, const std::string& why, TimePoint now);
   // From anywhere (a signal, a launch failure): the job ends with `code`.
   void finish(int code, const std::string& message);
@@ -258,6 +263,7 @@ class EpochController {
   // wait for its port (Worker::held).
   std::uint64_t port_epoch_ = 0;
   int master_port_ = 0;
+  bool agent_store_ = false;  // the daemon hosts torch's store on master_port_
   // A worker joined the rendezvous: the program uses libelasticrun, so a worker that does
   // not join is late. Until then (a torchrun script) nobody is waited for, except in an
   // elastic job that recovers in process, which needs the library.

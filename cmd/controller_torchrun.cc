@@ -97,22 +97,27 @@ void EpochController::reconcile_generation(TimePoint now) {
 void EpochController::reserve_port(const rendezvous::Plan& plan) {
   bool held = std::any_of(workers_.begin(), workers_.end(), [](const auto& w) { return w.second.held; });
   if ((plan.spawn.empty() && !held) || assignment_.size() == 0) return;
-  command::ReservePort r{assignment_.workers.front().host, assignment_.epoch, {}};
+  // Restart mode starts every worker of a generation afresh (torchrun's static
+  // rendezvous): the store can live beside them, started before them, as torchrun's agent
+  // hosts it. An elastic job's survivors keep the environment they started with.
+  command::ReservePort r{assignment_.workers.front().host, assignment_.epoch, {}, cfg_.max_restarts.has_value()};
   for (const auto& w : plan.spawn)
     if (std::find(r.hosts.begin(), r.hosts.end(), w.host) == r.hosts.end()) r.hosts.push_back(w.host);
   out_.push_back(std::move(r));
 }
 
-void EpochController::port_reserved(const std::string& host, std::uint64_t epoch, int port, const std::string& error) {
+void EpochController::port_reserved(const std::string& host, std::uint64_t epoch, int port, const std::string& error,
+                                    bool store) {
   if (finished() || epoch != assignment_.epoch || port_epoch_ == epoch || assignment_.size() == 0 ||
       assignment_.workers.front().host != host)
     return;  // an answer for an epoch gone by
   port_epoch_ = epoch;
   master_port_ = port;
+  agent_store_ = store && port > 0;
   if (port == 0)
     say(fmt::format("host '{}' could not reserve a port for epoch {} ({}); its workers get no MASTER_PORT", host,
                     epoch, error));
-  emit("port_reserved", {{"epoch", epoch}, {"host", host}, {"port", port}});
+  emit("port_reserved", {{"epoch", epoch}, {"host", host}, {"port", port}, {"store", agent_store_}});
   for (const auto& r : assignment_.workers) {
     auto it = workers_.find({r.host, r.slot});
     if (it != workers_.end() && it->second.held) launch(it->first, it->second);

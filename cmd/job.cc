@@ -167,7 +167,9 @@ DaemonEvents Job::daemon_events() {
     feed([host, f](EpochController& c, TimePoint) { c.spawn_failed(host, f.slot, f.message); });
   };
   ev.on_port_reserved = [this](const std::string& host, const msg::PortReserved& r) {
-    feed([host, r](EpochController& c, TimePoint) { c.port_reserved(host, r.epoch, static_cast<int>(r.port), r.error); });
+    feed([host, r](EpochController& c, TimePoint) {
+      c.port_reserved(host, r.epoch, static_cast<int>(r.port), r.error, r.store);
+    });
   };
   ev.on_closed = [this](const std::string& host, bool clean, const std::string& why) {
     on_daemon_closed(host, clean, why);

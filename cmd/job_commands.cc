@@ -108,7 +108,7 @@ void Job::note_omp_default(int local_workers) {
 // Rank 0's daemon reserves the epoch's port; the daemons of the other hosts that get
 // workers start meanwhile, rather than after the answer.
 void Job::reserve_port(const command::ReservePort& r) {
-  if (DaemonLink* d = ensure_daemon(r.host)) d->send(msg::ReservePort{r.epoch});
+  if (DaemonLink* d = ensure_daemon(r.host)) d->send(msg::ReservePort{r.epoch, r.host_store});
   for (const auto& h : r.hosts)
     if (h != r.host) ensure_daemon(h);  // one that cannot start is an event of its own
 }

@@ -42,6 +42,7 @@ std::vector<std::string> torch_env(const TorchWorker& w, const std::string& run_
   set(env::kTorchRestartCount, w.restart_count);
   set(env::kTorchMaxRestarts, w.max_restarts);
   set(env::kTorchRunId, run_id);
+  set(env::kTorchUseAgentStore, w.agent_store ? "True" : "False");
   set(env::kTorchNcclAsyncErrors, 1);
   return out;
 }

@@ -24,6 +24,7 @@ struct TorchWorker {
   int master_port = 0;      // 0: none could be reserved (MASTER_PORT is left unset)
   int restart_count = 0;    // restarts after failures so far (--max-restarts)
   int max_restarts = 0;
+  bool agent_store = false;  // rank 0's daemon hosts torch's store on master_port
 };
 
 // The worker of `rank` in `a` (which must have that rank), without the port and the
@@ -32,7 +33,9 @@ TorchWorker torch_worker(const rendezvous::Assignment& a, int rank);
 
 // KEY=VALUE entries: RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK,
 // GROUP_WORLD_SIZE, ROLE_RANK, ROLE_WORLD_SIZE, ROLE_NAME, MASTER_ADDR, MASTER_PORT,
-// TORCHELASTIC_RESTART_COUNT, TORCHELASTIC_MAX_RESTARTS, TORCHELASTIC_RUN_ID, and
+// TORCHELASTIC_RESTART_COUNT, TORCHELASTIC_MAX_RESTARTS, TORCHELASTIC_RUN_ID,
+// TORCHELASTIC_USE_AGENT_STORE (True: torch's store is up before the worker starts, and
+// every rank connects to it as a client, under a prefix of its restart count), and
 // NCCL_ASYNC_ERROR_HANDLING=1 (as torchrun sets it: a failed NCCL collective ends the
 // process instead of hanging it).
 std::vector<std::string> torch_env(const TorchWorker& w, const std::string& run_id);

@@ -65,6 +65,9 @@ inline constexpr const char* kTorchMasterPort = "MASTER_PORT";  // reserved ther
 inline constexpr const char* kTorchRestartCount = "TORCHELASTIC_RESTART_COUNT";
 inline constexpr const char* kTorchMaxRestarts = "TORCHELASTIC_MAX_RESTARTS";
 inline constexpr const char* kTorchRunId = "TORCHELASTIC_RUN_ID";
+// True: the worker's store (at MASTER_ADDR:MASTER_PORT) is hosted beside the workers,
+// not by rank 0 (torch's _create_c10d_store then connects every rank as a client).
+inline constexpr const char* kTorchUseAgentStore = "TORCHELASTIC_USE_AGENT_STORE";
 inline constexpr const char* kTorchNcclAsyncErrors = "NCCL_ASYNC_ERROR_HANDLING";
 // Set by elasticrund: a file of the worker's own, where torch's @record writes the
 // exception that ended it (daemon/error_files.h); and, unless set, OMP_NUM_THREADS.

@@ -43,13 +43,32 @@ CheckpointNote CheckpointNote::decode(wire::Decoder& d) {
   return n;
 }
 
+namespace {
+
+bool flag(wire::Decoder& d, const char* what) {
+  std::uint8_t v = d.u8();
+  if (v > 1) throw wire::DecodeError(fmt::format("{}: flag {} is neither 0 nor 1", what, v));
+  return v == 1;
+}
+
+}  // namespace
+
+ReservePort ReservePort::decode(wire::Decoder& d) {
+  ReservePort r;
+  r.epoch = d.u64();
+  r.host_store = flag(d, "reserve port");
+  return r;
+}
+
 PortReserved PortReserved::decode(wire::Decoder& d) {
   PortReserved r;
   r.epoch = d.u64();
   r.port = d.u32();
   r.error = d.str();
+  r.store = flag(d, "port reserved");
   if (r.port > 65535) throw wire::DecodeError(fmt::format("port {} out of range", r.port));
   if ((r.port == 0) == r.error.empty()) throw wire::DecodeError("a port reservation has a port or an error, one of them");
+  if (r.store && r.port == 0) throw wire::DecodeError("a store without a port");
   return r;
 }
 

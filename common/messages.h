@@ -191,8 +191,9 @@ struct CheckpointNote {
 // each other by name rather than as a malformed frame. 1: before it was sent (it ended
 // both messages there); 2: heartbeats both ways; 3: torchrun's environment (Spawn's
 // local_size, Exited's error file, ReservePort and PortReserved); 4: Config's preload
-// (the fork server's modules).
-inline constexpr std::uint32_t kControlProtocol = 4;
+// (the fork server's modules); 5: torch's store hosted beside the workers (ReservePort's
+// host_store, PortReserved's store).
+inline constexpr std::uint32_t kControlProtocol = 5;
 
 // The protocol field has one encoding per version, so that one frame reads one way only
 // (both messages are authenticated, and a receiver must not see what the sender did not
@@ -227,19 +228,20 @@ struct Config {
   // forks of it (elasticrun --preload; daemon/fork_server.h); none: workers are exec'd.
   // Each a dotted module name (is_dotted_module_name), checked by the daemon.
   std::vector<std::string> preload;
-  // Versions 2 and 3 end after the heartbeat settings: they decode whole, so that the
-  // daemon refuses such a driver by its version's number, as it does version 1.
+  // Versions 2 and 3 end after the heartbeat settings, 4 after the preload: they decode
+  // whole, so that the daemon refuses such a driver by its version's number, as it does
+  // version 1.
   void encode(wire::Encoder& e) const {
     e.bytes(secret).str(rendezvous_addr).str(host).str(cwd);
-    bool ours = encode_protocol(e, protocol);
+    encode_protocol(e, protocol);
     if (protocol >= 2 && protocol <= kControlProtocol) e.u32(heartbeat_ms).u32(host_timeout_ms);
-    if (ours) e.strings(preload);
+    if (protocol >= 4 && protocol <= kControlProtocol) e.strings(preload);
   }
   static Config decode(wire::Decoder& d) {
     Config c{d.bytes(), d.str(), d.str(), d.str()};
     c.protocol = decode_protocol(d);
     if (c.protocol >= 2 && c.protocol <= kControlProtocol) c.heartbeat_ms = d.u32(), c.host_timeout_ms = d.u32();
-    if (c.protocol == kControlProtocol) c.preload = d.strings();
+    if (c.protocol >= 4 && c.protocol <= kControlProtocol) c.preload = d.strings();
     return c;
   }
 };
@@ -351,18 +353,25 @@ inline constexpr std::chrono::seconds kConfigTimeout{30};
 // SO_REUSEADDR, not listening, so that nothing else is given it while torch's TCPStore
 // of rank 0 can still listen on it), keeps it bound until the next reservation or its
 // end, and answers with PortReserved: the port, or why there is none (port 0).
+// With host_store (restart mode), the daemon also starts torch's TCPStore server on the
+// port if it can (its fork server runs: elasticrun --preload), as torchrun's agent
+// does, and answers once the store listens, so that no worker finds it not listening
+// yet; PortReserved's store says whether it did (the workers then get
+// TORCHELASTIC_USE_AGENT_STORE=True).
 struct ReservePort {
   static constexpr Type kType = kReservePort;
   std::uint64_t epoch = 0;
-  void encode(wire::Encoder& e) const { e.u64(epoch); }
-  static ReservePort decode(wire::Decoder& d) { return {d.u64()}; }
+  bool host_store = false;
+  void encode(wire::Encoder& e) const { e.u64(epoch).u8(host_store ? 1 : 0); }
+  static ReservePort decode(wire::Decoder& d);
 };
 struct PortReserved {
   static constexpr Type kType = kPortReserved;
   std::uint64_t epoch = 0;
   std::uint32_t port = 0;
   std::string error;
-  void encode(wire::Encoder& e) const { e.u64(epoch).u32(port).str(error); }
+  bool store = false;  // torch's store listens on the port (only with a port)
+  void encode(wire::Encoder& e) const { e.u64(epoch).u32(port).str(error).u8(store ? 1 : 0); }
   static PortReserved decode(wire::Decoder& d);
 };
 // The accepted range of Config's two settings.

@@ -11,8 +11,10 @@
 #include "common/log.h"
 #include "common/python_command.h"
 #include "daemon/fork_server.h"
+#include "daemon/port_reservation.h"
 #include "daemon/worker_table.h"
 
+#include <boost/asio/steady_timer.hpp>
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <unistd.h>
@@ -20,6 +22,7 @@
 #include <chrono>
 #include <csignal>
 #include <map>
+#include <optional>
 
 namespace elasticrun::daemon {
 namespace {
@@ -32,10 +35,29 @@ std::string joined(const std::vector<std::string>& v) {
   return out;
 }
 
+// torch's store for a generation's workers (host_store): its server on the port given,
+// in a fork of the server, until it is killed. Workers with TORCHELASTIC_USE_AGENT_STORE
+// connect to it as clients, under a prefix of their restart count.
+constexpr const char* kStoreCode =
+    "import datetime, signal, sys\n"
+    "import torch.distributed as dist\n"
+    "store = dist.TCPStore('localhost', int(sys.argv[1]), None, True, datetime.timedelta(seconds=300),\n"
+    "                      wait_for_workers=False)\n"
+    "while True:\n"
+    "    signal.pause()\n";
+
+// How long the store may take to listen (it imports torch.distributed if the server has
+// not), and how often the daemon looks.
+constexpr std::chrono::seconds kStoreLimit{10};
+constexpr std::chrono::milliseconds kStorePoll{5};
+
 class ForkServerLauncher final : public Launcher {
  public:
   ForkServerLauncher(asio::io_context& io, WorkerEvents ev, std::vector<std::string> preload)
-      : io_(io), preload_(std::move(preload)), table_(io, ev), plain_(make_process_launcher(io, ev)) {}
+      : io_(io), preload_(std::move(preload)), table_(io, ev), plain_(make_process_launcher(io, ev)), timer_(io) {}
+  ~ForkServerLauncher() override {
+    if (store_ && store_->pid > 0) ::kill(-store_->pid, SIGKILL);
+  }
 
   void spawn(const WorkerSpec& spec, OnStarted on_started) override;
   void signal(std::uint32_t slot, int sig) override {
@@ -48,8 +70,11 @@ class ForkServerLauncher final : public Launcher {
     plain_->signal_all(sig);
     table_.signal_all(sig);
     for (auto& [id, p] : pending_) p.signals.push_back(sig);
+    drop_store();
   }
   std::size_t running() const override { return plain_->running() + table_.size() + pending_.size(); }
+  void host_store(std::uint16_t port, OnStore done) override;
+  void drop_store() override;
 
  private:
   // A worker asked of the server and not answered yet: what it needs to start, or to be
@@ -67,6 +92,16 @@ class ForkServerLauncher final : public Launcher {
   void refused(std::uint64_t id, const std::string& why);
   void give_up(const std::string& why);
   void exec_instead(Pending p);
+  // The store: until it listens, polled every kStorePoll; then done with its pid.
+  struct Store {
+    std::uint64_t id = 0;
+    int pid = 0;  // 0 until the server forked it
+    std::uint16_t port = 0;
+    OnStore done;  // empty once called
+    std::chrono::steady_clock::time_point since;
+  };
+  void poll_store();
+  void store_failed(const std::string& why);
 
   asio::io_context& io_;
   std::vector<std::string> preload_;
@@ -79,7 +114,73 @@ class ForkServerLauncher final : public Launcher {
   std::map<std::uint64_t, Pending> pending_;
   std::uint64_t next_id_ = 0;
   std::chrono::steady_clock::time_point started_at_;
+  bool ready_ = false;                   // the server has imported the modules
+  std::vector<std::string> server_env_;  // what it started with, for the store's request
+  std::string server_cwd_;
+  std::optional<Store> store_;
+  asio::steady_timer timer_;
+  std::shared_ptr<int> alive_ = std::make_shared<int>(0);  // for the timer's handler
 };
+
+void ForkServerLauncher::host_store(std::uint16_t port, OnStore done) {
+  drop_store();
+  if (!server_ || failed_ || !ready_) {
+    done(fail(failed_ ? "the fork server failed" : "the fork server is not ready yet"));
+    return;
+  }
+  UniqueFd out(::open("/dev/null", O_WRONLY | O_CLOEXEC)), err(::open("/dev/null", O_WRONLY | O_CLOEXEC));
+  if (!out || !err) {
+    done(fail("/dev/null: cannot open"));
+    return;
+  }
+  fork::Spawn request;
+  request.id = ++next_id_;
+  request.mode = static_cast<std::uint8_t>(PythonCommand::Mode::code);
+  request.target = kStoreCode;
+  request.args = {std::to_string(port)};
+  request.argv = {interpreter_, "-c", kStoreCode, std::to_string(port)};
+  request.env = server_env_;
+  request.cwd = server_cwd_;
+  store_ = Store{request.id, 0, port, std::move(done), std::chrono::steady_clock::now()};
+  server_->spawn(request, std::move(out), std::move(err));
+}
+
+void ForkServerLauncher::drop_store() {
+  if (!store_) return;
+  Store s = std::move(*store_);
+  store_.reset();
+  timer_.cancel();
+  if (s.pid > 0) ::kill(-s.pid, SIGKILL);  // its exit, reported later, is an unknown pid's
+  if (s.done) s.done(fail("replaced before it listened"));
+}
+
+void ForkServerLauncher::store_failed(const std::string& why) {
+  if (!store_) return;
+  Store s = std::move(*store_);
+  store_.reset();
+  timer_.cancel();
+  if (s.pid > 0) ::kill(-s.pid, SIGKILL);
+  if (s.done) s.done(fail(why));
+  else ER_LOG(daemon, warn, "torch's store on port {} (pid {}) ended: {}", s.port, s.pid, why);
+}
+
+void ForkServerLauncher::poll_store() {
+  if (!store_ || !store_->done) return;
+  if (port_listening(store_->port)) {
+    auto done = std::move(store_->done);
+    store_->done = nullptr;
+    ER_LOG(daemon, debug, "torch's store (pid {}) listens on port {} after {:.3f} s", store_->pid, store_->port,
+           std::chrono::duration<double>(std::chrono::steady_clock::now() - store_->since).count());
+    done(store_->pid);
+    return;
+  }
+  if (std::chrono::steady_clock::now() - store_->since > kStoreLimit)
+    return store_failed(fmt::format("not listening after {} s", kStoreLimit.count()));
+  timer_.expires_after(kStorePoll);
+  timer_.async_wait([this, alive = std::weak_ptr<int>(alive_)](boost::system::error_code ec) {
+    if (!ec && alive.lock()) poll_store();
+  });
+}
 
 void ForkServerLauncher::spawn(const WorkerSpec& spec, OnStarted on_started) {
   auto py = parse_python_command(spec.argv);
@@ -122,6 +223,8 @@ ForkServer* ForkServerLauncher::server_for(const WorkerSpec& spec, const PythonC
   }
   server_ = std::move(*s);
   server_key_ = key;
+  server_env_ = setup.env;
+  server_cwd_ = spec.cwd;
   started_at_ = std::chrono::steady_clock::now();
   ER_LOG(daemon, debug, "fork server (pid {}) started for {}: importing {}", server_->pid(), program, joined(preload_));
   return server_.get();
@@ -130,17 +233,25 @@ ForkServer* ForkServerLauncher::server_for(const WorkerSpec& spec, const PythonC
 ForkServer::Events ForkServerLauncher::server_events() {
   ForkServer::Events ev;
   ev.on_ready = [this] {
+    ready_ = true;
     ER_LOG(daemon, info, "fork server (pid {}) ready: {} imported in {:.2f} s", server_->pid(), joined(preload_),
            std::chrono::duration<double>(std::chrono::steady_clock::now() - started_at_).count());
   };
   ev.on_started = [this](std::uint64_t id, int pid) { started(id, pid); };
   ev.on_refused = [this](std::uint64_t id, const std::string& why) { refused(id, why); };
-  ev.on_exited = [this](int pid, int status) { table_.exited(pid, status); };
+  ev.on_exited = [this](int pid, int status) {
+    if (store_ && store_->pid == pid) return store_failed(fmt::format("exited (wait status {})", status));
+    table_.exited(pid, status);
+  };
   ev.on_gone = [this](const std::string& why) { give_up(why); };
   return ev;
 }
 
 void ForkServerLauncher::started(std::uint64_t id, int pid) {
+  if (store_ && store_->id == id) {
+    store_->pid = pid;
+    return poll_store();
+  }
   auto it = pending_.find(id);
   if (it == pending_.end()) return;
   Pending p = std::move(it->second);
@@ -152,6 +263,7 @@ void ForkServerLauncher::started(std::uint64_t id, int pid) {
 
 // A worker the server would not reproduce exactly (fork_server.py says why): exec'd.
 void ForkServerLauncher::refused(std::uint64_t id, const std::string& why) {
+  if (store_ && store_->id == id) return store_failed("the fork server refused it: " + why);
   auto it = pending_.find(id);
   if (it == pending_.end()) return;
   Pending p = std::move(it->second);
@@ -170,6 +282,7 @@ void ForkServerLauncher::exec_instead(Pending p) {
 void ForkServerLauncher::give_up(const std::string& why) {
   if (failed_) return;
   failed_ = true;
+  store_failed("the fork server is gone");
   ER_LOG(daemon, warn, "fork server of {} (--preload {}) failed: {}; this job's workers start without it",
          interpreter_, joined(preload_), why);
   // Its workers die with it (PR_SET_PDEATHSIG); nobody can tell us how they ended.

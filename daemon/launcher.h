@@ -53,6 +53,20 @@ class Launcher {
   virtual void signal_all(int sig) = 0;
   // Workers starting or started whose end was not reported yet.
   virtual std::size_t running() const = 0;
+
+  // Starts torch's TCPStore server (torch.distributed.TCPStore, is_master) on `port`, in
+  // a process of its own, as torchrun's agent hosts the store for its workers. `done`
+  // gets its pid once it listens there, or why it does not; called once, from inside
+  // the call or later from the io_context, never after the launcher is destroyed. Only
+  // the fork-server launcher can, once its server has imported the job's modules: the
+  // store is one more fork of it (no interpreter to start, nothing to import). A new
+  // store, drop_store() and signal_all() end the one before.
+  using OnStore = std::function<void(Result<int>)>;
+  virtual void host_store(std::uint16_t port, OnStore done) {
+    (void)port;
+    done(fail("no fork server (elasticrun --preload) runs here"));
+  }
+  virtual void drop_store() {}
 };
 
 std::unique_ptr<Launcher> make_process_launcher(boost::asio::io_context& io, WorkerEvents events);

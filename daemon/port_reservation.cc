@@ -5,7 +5,11 @@
 #include <sys/socket.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <sstream>
+#include <string>
 
 namespace elasticrun::daemon {
 
@@ -33,6 +37,25 @@ Result<std::uint16_t> PortReservation::renew() {
 void PortReservation::release() {
   fd_.reset();
   port_ = 0;
+}
+
+bool port_listening(std::uint16_t port) {
+  // Each line after the header: "sl local_address rem_address st ...", the local
+  // address as HEXADDR:HEXPORT, st 0A for LISTEN.
+  for (const char* table : {"/proc/net/tcp", "/proc/net/tcp6"}) {
+    std::ifstream in(table);
+    std::string line;
+    std::getline(in, line);
+    while (std::getline(in, line)) {
+      std::istringstream fields(line);
+      std::string slot, local, remote, state;
+      if (!(fields >> slot >> local >> remote >> state)) continue;
+      auto colon = local.rfind(':');
+      if (colon == std::string::npos || state != "0A") continue;
+      if (std::strtoul(local.c_str() + colon + 1, nullptr, 16) == port) return true;
+    }
+  }
+  return false;
 }
 
 }  // namespace elasticrun::daemon

@@ -31,4 +31,9 @@ class PortReservation {
   std::uint16_t port_ = 0;
 };
 
+// Whether a TCP socket of this network namespace listens on `port` (any address, IPv4
+// or IPv6), from /proc/net/tcp and /proc/net/tcp6: how the daemon learns that the store
+// it started for the port is up, without connecting to it.
+bool port_listening(std::uint16_t port);
+
 }  // namespace elasticrun::daemon

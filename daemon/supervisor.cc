@@ -12,6 +12,7 @@
 #include <sched.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <csignal>
 #include <filesystem>
 #include <map>
@@ -254,8 +255,12 @@ void Supervisor::on_spawn(const msg::Spawn& s) {
   });
 }
 
-// A new port for the epoch's MASTER_PORT; the one held for the epoch before is let go.
+// A new port for the epoch's MASTER_PORT; the one held for the epoch before is let go,
+// and so is the store on it. Asked to, torch's store is started on the new port (by the
+// fork server), and the answer waits until it listens; where it cannot be, the answer
+// says so and rank 0 hosts the store, as without.
 void Supervisor::on_reserve_port(const msg::ReservePort& r) {
+  launcher_->drop_store();
   auto port = port_.renew();
   if (!port) {
     ER_LOG(daemon, error, "cannot reserve a port for epoch {}: {}", r.epoch, port.error());
@@ -263,7 +268,23 @@ void Supervisor::on_reserve_port(const msg::ReservePort& r) {
     return;
   }
   ER_LOG(daemon, debug, "reserved port {} for epoch {}", *port, r.epoch);
-  send(msg::PortReserved{r.epoch, *port, ""});
+  // Only where the fork server has torch imported: the store is then a fork that
+  // listens within milliseconds, where importing torch first would hold the workers back
+  // longer than the race it removes.
+  bool torch_preloaded = config_ && std::any_of(config_->preload.begin(), config_->preload.end(), [](const auto& m) {
+    return m == "torch" || m.starts_with("torch.");
+  });
+  if (!r.host_store || !torch_preloaded) {
+    send(msg::PortReserved{r.epoch, *port, ""});
+    return;
+  }
+  launcher_->host_store(*port, [this, epoch = r.epoch, port = *port](Result<int> pid) {
+    if (pid)
+      ER_LOG(daemon, debug, "torch's store for epoch {} listens on port {} (pid {})", epoch, port, *pid);
+    else
+      ER_LOG(daemon, debug, "torch's store for epoch {} not hosted here ({}): rank 0 hosts it", epoch, pid.error());
+    send(msg::PortReserved{epoch, port, "", static_cast<bool>(pid)});
+  });
 }
 
 void Supervisor::stop(std::chrono::milliseconds grace, int exit_code) {

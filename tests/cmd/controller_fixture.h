@@ -26,11 +26,14 @@ struct Driver {
   std::vector<Command> drain() {
     std::vector<Command> out;
     while (auto x = c.take()) {
-      if (auto* r = std::get_if<command::ReservePort>(&*x); r && answer_ports) c.port_reserved(r->host, r->epoch, port_of(r->epoch), "");
+      if (auto* r = std::get_if<command::ReservePort>(&*x); r && answer_ports)
+        c.port_reserved(r->host, r->epoch, port_of(r->epoch), "", r->host_store && hosts_stores);
       out.push_back(std::move(*x));
     }
     return out;
   }
+  // Whether rank 0's daemon hosts torch's store when asked to (it can: its fork server runs).
+  bool hosts_stores = false;
   static int port_of(std::uint64_t epoch) { return 29500 + static_cast<int>(epoch); }
   // Answers the current epoch's port reservation (nothing if answered already).
   void answer_port() {

@@ -12,6 +12,8 @@
 namespace elasticrun::cmd {
 namespace {
 
+std::vector<command::Spawn> spawns_of(const std::vector<Command>& cmds) { return Driver::only<command::Spawn>(cmds); }
+
 std::vector<std::string> places(const std::vector<command::Spawn>& spawns) {
   std::vector<std::string> out;
   for (const auto& s : spawns) out.push_back(s.place.first + ":" + std::to_string(s.place.second));
@@ -49,6 +51,8 @@ TEST(Restart, AFailedWorkerRestartsEveryWorkerInPlace) {
   ASSERT_EQ(ports.size(), 1u);
   EXPECT_EQ(ports[0].host, "a");
   EXPECT_EQ(ports[0].epoch, 2u);
+  EXPECT_TRUE(ports[0].host_store);  // the daemon hosts torch's store if it can
+  EXPECT_FALSE(spawns_of(cmds).at(0).torch.agent_store);  // this one could not
   // b's old worker is gone: its successor starts at once; a's wait for theirs.
   auto spawns = Driver::only<command::Spawn>(cmds);
   ASSERT_EQ(places(spawns), (std::vector<std::string>{"b:0"}));
@@ -254,6 +258,30 @@ TEST(Restart, AWorkerStoppedByARestartIsNoRootCause) {
   cmds = d.drain();
   EXPECT_EQ(Driver::said(cmds), "");
   for (const auto& e : Driver::only<command::Emit>(cmds)) EXPECT_NE(e.event, "worker_error");
+}
+
+// Where rank 0's daemon hosts torch's store (its fork server runs), every worker of the
+// generation is told so (TORCHELASTIC_USE_AGENT_STORE=True), and the event says it.
+TEST(Restart, WorkersUseTheStoreTheDaemonHosts) {
+  Driver d(restarting(2, 1));
+  d.hosts_stores = true;
+  d.c.use_hosts({{"a", 1}, {"b", 1}}, t0());
+  auto cmds = d.drain();
+  auto spawns = spawns_of(cmds);
+  ASSERT_EQ(spawns.size(), 2u);
+  for (const auto& s : spawns) EXPECT_TRUE(s.torch.agent_store) << s.place.first;
+  auto e = Driver::event(cmds, "port_reserved");
+  ASSERT_NE(e, nullptr);
+  EXPECT_EQ(e->fields["store"], true);
+  // A later generation whose daemon could not host it: rank 0 hosts it, as without.
+  d.hosts_stores = false;
+  d.start_all();
+  auto a0 = d.exit_of("a", 0, 0, SIGTERM);
+  d.c.worker_exited("b", d.exit_of("b", 0, 1), t0() + 1s);
+  d.c.worker_exited("a", a0, t0() + 2s);
+  spawns = spawns_of(d.drain());
+  ASSERT_EQ(spawns.size(), 2u);
+  for (const auto& s : spawns) EXPECT_FALSE(s.torch.agent_store) << s.place.first;
 }
 
 }  // namespace

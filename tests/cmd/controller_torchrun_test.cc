@@ -43,6 +43,7 @@ TEST(Torchrun, SpawnsWaitForTheEpochsPort) {
   auto cmds = d.drain();
   ASSERT_EQ(Driver::only<command::ReservePort>(cmds).size(), 1u);
   EXPECT_EQ(Driver::only<command::ReservePort>(cmds)[0].hosts, (std::vector<std::string>{"a", "b"}));
+  EXPECT_FALSE(Driver::only<command::ReservePort>(cmds)[0].host_store);  // only restart mode asks
   EXPECT_TRUE(Driver::only<command::Spawn>(cmds).empty());
   d.c.port_reserved("b", 1, 4000, "");  // not rank 0's host
   d.c.port_reserved("a", 7, 4000, "");  // not this epoch

@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 namespace elasticrun::cmd {
 namespace {
 
@@ -31,7 +33,10 @@ TEST(TorchEnv, EveryVariableTorchrunSets) {
                                       "GROUP_WORLD_SIZE=3", "ROLE_RANK=3", "ROLE_WORLD_SIZE=5", "ROLE_NAME=default",
                                       "MASTER_ADDR=n1", "MASTER_PORT=29517", "TORCHELASTIC_RESTART_COUNT=2",
                                       "TORCHELASTIC_MAX_RESTARTS=4", "TORCHELASTIC_RUN_ID=job-7",
-                                      "NCCL_ASYNC_ERROR_HANDLING=1"}));
+                                      "TORCHELASTIC_USE_AGENT_STORE=False", "NCCL_ASYNC_ERROR_HANDLING=1"}));
+  w.agent_store = true;
+  auto with_store = torch_env(w, "job-7");
+  EXPECT_NE(std::find(with_store.begin(), with_store.end(), "TORCHELASTIC_USE_AGENT_STORE=True"), with_store.end());
   w.master_port = 0;  // none reserved: no MASTER_PORT rather than a wrong one
   for (const auto& kv : torch_env(w, "x")) EXPECT_NE(kv.rfind("MASTER_PORT=", 0), 0u) << kv;
 }

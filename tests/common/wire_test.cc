@@ -172,10 +172,22 @@ TEST(Messages, APortReservationHasAPortOrAnErrorInRange) {
   EXPECT_EQ(back.port, 29500u);
   back = msg::parse<msg::PortReserved>(msg::to_frame(msg::PortReserved{7, 0, "bind: no ports"}));
   EXPECT_EQ(back.error, "bind: no ports");
+  EXPECT_FALSE(back.store);
+  EXPECT_TRUE(msg::parse<msg::PortReserved>(msg::to_frame(msg::PortReserved{7, 29500, "", true})).store);
   for (const auto& bad : {msg::PortReserved{7, 0, ""}, msg::PortReserved{7, 29500, "and an error"},
-                          msg::PortReserved{7, 65536, ""}})
+                          msg::PortReserved{7, 65536, ""}, msg::PortReserved{7, 0, "no port", true}})
     EXPECT_THROW(msg::parse<msg::PortReserved>(msg::to_frame(bad)), wire::DecodeError) << bad.port;
-  EXPECT_EQ(msg::parse<msg::ReservePort>(msg::to_frame(msg::ReservePort{9})).epoch, 9u);
+  auto r = msg::parse<msg::ReservePort>(msg::to_frame(msg::ReservePort{9, true}));
+  EXPECT_EQ(r.epoch, 9u);
+  EXPECT_TRUE(r.host_store);
+  EXPECT_FALSE(msg::parse<msg::ReservePort>(msg::to_frame(msg::ReservePort{9})).host_store);
+  // A flag is one byte, 0 or 1: one encoding per value.
+  wire::Encoder two;
+  two.u64(9).u8(2);
+  EXPECT_THROW(msg::parse<msg::ReservePort>(Frame{msg::kReservePort, two.take()}), wire::DecodeError);
+  wire::Encoder stored;
+  stored.u64(7).u32(29500).str("").u8(7);
+  EXPECT_THROW(msg::parse<msg::PortReserved>(Frame{msg::kPortReserved, stored.take()}), wire::DecodeError);
 }
 
 TEST(Messages, ReportAndReplyRoundTrip) {
@@ -279,6 +291,14 @@ TEST(Messages, AnEarlierVersionsConfigDecodesWholeToItsNumber) {
     EXPECT_TRUE(c.preload.empty());
     EXPECT_EQ(msg::to_frame(c).payload, f.payload) << v;
   }
+  // Version 4 ended after the preload list.
+  wire::Encoder e;
+  e.bytes(wire::Bytes(32, 5)).str("a").str("h").str("/").u32(4).u32(250).u32(1000).strings({"torch"});
+  Frame f{msg::kConfig, e.take()};
+  auto c = msg::parse<msg::Config>(f);
+  EXPECT_EQ(c.protocol, 4u);
+  EXPECT_EQ(c.preload, (std::vector<std::string>{"torch"}));
+  EXPECT_EQ(msg::to_frame(c).payload, f.payload);
 }
 
 TEST(Auth, ProofsDependOnSecretNoncesAndRole) {

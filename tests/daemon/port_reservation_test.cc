@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <cerrno>
+#include <cstring>
 #include <set>
 
 namespace ed = elasticrun::daemon;
@@ -56,5 +57,37 @@ TEST(PortReservation, EachRenewalIsANewPortAndFreesTheOldOne) {
     EXPECT_TRUE(seen.insert(*port).second) << "port " << *port << " given twice";
     if (last) EXPECT_EQ(try_bind(last, false), 0) << "the previous port " << last << " is still held";
     last = *port;
+  }
+}
+
+// How the daemon learns that the store it started listens: a held port is not
+// listening, the same port with a listener (IPv4 or IPv6) is.
+TEST(PortReservation, ListeningIsSeenOnlyWhileSomethingListens) {
+  ed::PortReservation r;
+  auto port = r.renew();
+  ASSERT_TRUE(port) << port.error();
+  EXPECT_FALSE(ed::port_listening(*port));
+  for (int family : {AF_INET, AF_INET6}) {
+    int fd = ::socket(family, SOCK_STREAM, 0);
+    ASSERT_GE(fd, 0);
+    int one = 1;
+    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    sockaddr_storage s{};
+    socklen_t len;
+    if (family == AF_INET) {
+      auto* a = reinterpret_cast<sockaddr_in*>(&s);
+      a->sin_family = AF_INET, a->sin_port = htons(*port), a->sin_addr.s_addr = htonl(INADDR_ANY);
+      len = sizeof *a;
+    } else {
+      auto* a = reinterpret_cast<sockaddr_in6*>(&s);
+      a->sin6_family = AF_INET6, a->sin6_port = htons(*port), a->sin6_addr = in6addr_any;
+      len = sizeof *a;
+    }
+    ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&s), len), 0) << family << ": " << std::strerror(errno);
+    EXPECT_FALSE(ed::port_listening(*port)) << family;  // bound is not listening
+    ASSERT_EQ(::listen(fd, 1), 0);
+    EXPECT_TRUE(ed::port_listening(*port)) << family;
+    ::close(fd);
+    EXPECT_FALSE(ed::port_listening(*port)) << family;
   }
 }

@@ -572,7 +572,7 @@ def test_systemd_unit_command_line_starts_the_daemon(tmp_path):
 
 # ---- the daemon's watchdog: a driver that falls silent is taken for gone ----
 
-CONTROL_PROTOCOL = 4  # msg::kControlProtocol
+CONTROL_PROTOCOL = 5  # msg::kControlProtocol
 
 
 def config_frame(heartbeat_ms=1000, timeout_ms=10000, protocol=CONTROL_PROTOCOL, preload=()):

@@ -342,3 +342,53 @@ def test_a_fork_server_that_cannot_serve_falls_back_to_exec(job, tmp_path, modul
     assert r.stderr.count("fork server of") == 1, r.stderr
     assert re.search(rf"fork server of {PYTHON} \(--preload {module}\) failed: {re.escape(why)}.*; this job's workers "
                      r"start without it", r.stderr), r.stderr
+
+
+STORE_PROBE = r'''
+import os, sys
+env = os.environ
+port = int(env["MASTER_PORT"])
+
+
+def listening():
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in open(table).read().splitlines()[1:]:
+            f = line.split()
+            if f[3] == "0A" and int(f[1].rsplit(":", 1)[1], 16) == port:
+                return True
+    return False
+
+
+restart, rank = env["TORCHELASTIC_RESTART_COUNT"], env["RANK"]
+print("store", restart, rank, env["TORCHELASTIC_USE_AGENT_STORE"], listening(), flush=True)
+import torch, torch.distributed as dist
+dist.init_process_group("gloo")
+t = torch.ones(1) * (int(rank) + 1)
+dist.all_reduce(t)
+print("sum", restart, rank, t.item(), flush=True)
+dist.destroy_process_group()
+if restart == "0" and rank == "1":
+    sys.exit(1)
+'''
+
+
+@needs_torch
+def test_restart_mode_hosts_torchs_store_before_the_workers_start(job, tmp_path):
+    """Restart mode with --preload, as torchrun's agent: from the second generation on (its
+    fork server runs by then) rank 0's daemon starts torch's TCPStore on MASTER_PORT as a
+    fork of the server, and answers the reservation once it listens. So every worker of
+    that generation finds the store up at its start (no connection refused, no second of
+    retry) and gets TORCHELASTIC_USE_AGENT_STORE=True; init_process_group and a collective
+    work; the store's process ends with the job (the fixture finds any process left). The
+    first generation (no server yet when its port is reserved) has rank 0 host it."""
+    ev = tmp_path / "events"
+    r = job.run(["--preload", "torch,torch.distributed", "--max-restarts", 1, "--events", ev, "-np", 2, PYTHON,
+                 "-c", STORE_PROBE], cwd=tmp_path, timeout=120)
+    assert r.returncode == 0, r.stderr[-3000:]
+    seen = {tuple(l.split("store ", 1)[1].split()) for l in r.stdout.splitlines() if "<stdout>: store " in l}
+    assert {(rank, agent) for restart, rank, agent, _ in seen if restart == "0"} == {("0", "False"), ("1", "False")}
+    assert {s for s in seen if s[0] == "1"} == {("1", "0", "True", "True"), ("1", "1", "True", "True")}, seen
+    sums = sorted(l.split("sum ", 1)[1] for l in r.stdout.splitlines() if "<stdout>: sum " in l)
+    assert sums == ["0 0 3.0", "0 1 3.0", "1 0 3.0", "1 1 3.0"], r.stdout[-3000:]
+    ports = [e for e in job.events(ev) if e["event"] == "port_reserved"]
+    assert [e["store"] for e in ports] == [False, True], ports

@@ -1,0 +1,136 @@
+// torch's store hosted by the fork-server launcher (Launcher::host_store), with a real fork
+// server of Debian's /usr/bin/python3: the store is answered only once it listens on its
+// port, a new one and drop_store() end the one before, and a launcher without a ready
+// server says why it cannot. The server here preloads json only, so the store imports
+// torch.distributed itself (a second or more): an answer given before it listens is seen.
+#include "daemon/launcher.h"
+#include "daemon/port_reservation.h"
+
+#include <boost/asio/io_context.hpp>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <csignal>
+#include <cstdlib>
+#include <filesystem>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+extern char** environ;
+
+namespace ed = elasticrun::daemon;
+using namespace std::chrono_literals;
+
+namespace {
+
+constexpr const char* kPython = "/usr/bin/python3";
+
+bool has_torch() {
+  return std::system("/usr/bin/python3 -c 'import torch.distributed' > /dev/null 2>&1") == 0;
+}
+
+std::vector<std::string> environment() {
+  std::vector<std::string> env;
+  for (char** e = environ; *e; ++e) env.emplace_back(*e);
+  return env;
+}
+
+bool alive(int pid) { return ::kill(pid, 0) == 0 && std::filesystem::exists("/proc/" + std::to_string(pid)); }
+
+// Runs the io_context until `done` or `limit`.
+bool run_until(boost::asio::io_context& io, const std::function<bool()>& done, std::chrono::seconds limit) {
+  auto until = std::chrono::steady_clock::now() + limit;
+  while (!done() && std::chrono::steady_clock::now() < until) {
+    io.restart();
+    io.run_for(10ms);
+  }
+  return done();
+}
+
+struct Fixture {
+  boost::asio::io_context io;
+  int exits = 0;
+  std::unique_ptr<ed::Launcher> launcher;
+
+  Fixture() {
+    ed::WorkerEvents ev;
+    ev.on_output = [](std::uint32_t, int, std::span<const std::uint8_t>) {};
+    ev.on_exit = [this](std::uint32_t, int, int, int) { ++exits; };
+    launcher = ed::make_launcher(io, ev, {"json"});
+  }
+  ~Fixture() {
+    launcher->signal_all(SIGKILL);
+    run_until(io, [this] { return launcher->running() == 0; }, 10s);
+  }
+
+  // A worker forked by the server: once it has started, the server is ready.
+  void start_server() {
+    ed::WorkerSpec w{0, {kPython, "-c", "import time; time.sleep(60)"}, environment(),
+                     std::filesystem::current_path().string()};
+    std::optional<bool> started;
+    launcher->spawn(w, [&](elasticrun::Result<int> pid) { started = static_cast<bool>(pid); });
+    ASSERT_TRUE(run_until(io, [&] { return started.has_value(); }, 60s));
+    ASSERT_TRUE(*started);
+  }
+
+  // host_store's answer for `port`.
+  std::optional<elasticrun::Result<int>> host(std::uint16_t port) {
+    std::optional<elasticrun::Result<int>> got;
+    launcher->host_store(port, [&](elasticrun::Result<int> pid) { got = std::move(pid); });
+    run_until(io, [&] { return got.has_value(); }, 30s);
+    return got;
+  }
+};
+
+TEST(ForkStore, AnsweredOnceItListensAndEndedByTheNextOrADrop) {
+  if (!has_torch()) GTEST_SKIP() << kPython << " has no torch.distributed";
+  Fixture f;
+  f.start_server();
+  ed::PortReservation first;
+  auto port = first.renew();
+  ASSERT_TRUE(port) << port.error();
+  auto got = f.host(*port);
+  ASSERT_TRUE(got.has_value()) << "no answer within 30 s";
+  ASSERT_TRUE(*got) << got->error();
+  EXPECT_TRUE(ed::port_listening(*port)) << "answered before the store listened";
+  int pid = **got;
+  EXPECT_TRUE(alive(pid));
+
+  // A new store ends the one before.
+  ed::PortReservation second;
+  auto port2 = second.renew();
+  ASSERT_TRUE(port2) << port2.error();
+  got = f.host(*port2);
+  ASSERT_TRUE(got.has_value() && *got);
+  EXPECT_TRUE(ed::port_listening(*port2));
+  EXPECT_TRUE(run_until(f.io, [&] { return !alive(pid) && !ed::port_listening(*port); }, 10s))
+      << "the first store still runs";
+
+  // drop_store() ends the current one; the worker is not touched.
+  int pid2 = **got;
+  f.launcher->drop_store();
+  EXPECT_TRUE(run_until(f.io, [&] { return !alive(pid2); }, 10s));
+  EXPECT_EQ(f.exits, 0);
+  EXPECT_EQ(f.launcher->running(), 1u);
+}
+
+TEST(ForkStore, NotWithoutAReadyServerNorWithTheProcessLauncher) {
+  Fixture f;
+  auto got = f.host(1);  // no worker yet: no server
+  ASSERT_TRUE(got.has_value());
+  ASSERT_FALSE(*got);
+  EXPECT_NE(got->error().find("not ready"), std::string::npos) << got->error();
+
+  boost::asio::io_context io;
+  auto plain = ed::make_launcher(io, {}, {});
+  std::optional<elasticrun::Result<int>> answer;
+  plain->host_store(1, [&](elasticrun::Result<int> pid) { answer = std::move(pid); });
+  ASSERT_TRUE(answer.has_value());
+  ASSERT_FALSE(*answer);
+  EXPECT_NE(answer->error().find("--preload"), std::string::npos) << answer->error();
+}
+
+}  // namespace
