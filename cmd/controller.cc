@@ -4,6 +4,7 @@
 
 #include "cmd/exit_codes.h"
 #include "cmd/options.h"
+#include "common/env.h"
 #include "common/log.h"
 
 #include <fmt/format.h>
@@ -46,6 +47,9 @@ ControllerConfig ControllerConfig::of(const Options& o) {
   c.cooldown = o.blacklist_cooldown;
   c.durable = !o.checkpoint_dir.empty();
   c.max_restarts = o.max_restarts;
+  for (const auto& kv : o.env)
+    for (const char* k : {env::kTorchMasterAddr, env::kTorchMasterPort, env::kTorchUseAgentStore})
+      if (kv.starts_with(std::string(k) + "=")) c.agent_store = false;
   return c;
 }
 

@@ -68,6 +68,10 @@ struct ControllerConfig {
   bool durable = false;
   // --max-restarts: restart mode, with this many restarts after failures.
   std::optional<int> max_restarts;
+  // Restart mode: rank 0's daemon may host torch's store (ReservePort::host_store). Not
+  // when -x sets where the workers find it or who hosts it (MASTER_ADDR, MASTER_PORT,
+  // TORCHELASTIC_USE_AGENT_STORE): they would not use ours, or not agree on it.
+  bool agent_store = true;
 
   static ControllerConfig of(const Options& o);
 };

@@ -100,7 +100,8 @@ void EpochController::reserve_port(const rendezvous::Plan& plan) {
   // Restart mode starts every worker of a generation afresh (torchrun's static
   // rendezvous): the store can live beside them, started before them, as torchrun's agent
   // hosts it. An elastic job's survivors keep the environment they started with.
-  command::ReservePort r{assignment_.workers.front().host, assignment_.epoch, {}, cfg_.max_restarts.has_value()};
+  command::ReservePort r{assignment_.workers.front().host, assignment_.epoch, {},
+                         cfg_.max_restarts.has_value() && cfg_.agent_store};
   for (const auto& w : plan.spawn)
     if (std::find(r.hosts.begin(), r.hosts.end(), w.host) == r.hosts.end()) r.hosts.push_back(w.host);
   out_.push_back(std::move(r));

@@ -3,6 +3,7 @@
 #include "tests/cmd/controller_fixture.h"
 
 #include "cmd/exit_codes.h"
+#include "cmd/options.h"
 
 #include <gtest/gtest.h>
 
@@ -282,6 +283,29 @@ TEST(Restart, WorkersUseTheStoreTheDaemonHosts) {
   spawns = spawns_of(d.drain());
   ASSERT_EQ(spawns.size(), 2u);
   for (const auto& s : spawns) EXPECT_FALSE(s.torch.agent_store) << s.place.first;
+}
+
+// -x naming where the workers find the store, or who hosts it, keeps the daemon from
+// hosting one: the workers would not use it, or not agree on it.
+TEST(Restart, NoStoreIsHostedWhenTheUserSaysWhereItIs) {
+  Options o;
+  o.max_restarts = 1;
+  EXPECT_TRUE(ControllerConfig::of(o).agent_store);
+  for (const char* kv : {"MASTER_PORT=29400", "MASTER_ADDR=n1", "TORCHELASTIC_USE_AGENT_STORE=False"}) {
+    o.env = {"OMP_NUM_THREADS=1", kv};
+    EXPECT_FALSE(ControllerConfig::of(o).agent_store) << kv;
+  }
+  o.env = {"MASTER_PORTS=1"};
+  EXPECT_TRUE(ControllerConfig::of(o).agent_store);
+  auto cfg = restarting(2, 1);
+  cfg.agent_store = false;
+  Driver d(cfg);
+  d.hosts_stores = true;
+  d.c.use_hosts({{"a", 1}, {"b", 1}}, t0());
+  auto cmds = d.drain();
+  ASSERT_EQ(Driver::only<command::ReservePort>(cmds).size(), 1u);
+  EXPECT_FALSE(Driver::only<command::ReservePort>(cmds)[0].host_store);
+  for (const auto& s : spawns_of(cmds)) EXPECT_FALSE(s.torch.agent_store);
 }
 
 }  // namespace
