@@ -84,7 +84,7 @@ def command(o, launcher, n, workdir, wrapper):
               "--print-steps"]
     if launcher.startswith("elasticrun"):
         preload = ["--preload", PRELOAD] if launcher.endswith("--preload") else []
-        return [str(Path(o.build) / "cmd" / "elasticrun"), "-np", str(n), "--max-restarts", "3", *preload, PYTHON,
+        return [str(Path(o.build).resolve() / "cmd" / "elasticrun"), "-np", str(n), "--max-restarts", "3", *preload, PYTHON,
                 *script]
     return [PYTHON, str(wrapper), "--standalone", "--nproc_per_node", str(n), "--max_restarts", "3",
             "--monitor_interval", str(o.monitor_interval), *script]
