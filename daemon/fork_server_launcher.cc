@@ -23,6 +23,7 @@
 #include <csignal>
 #include <map>
 #include <optional>
+#include <set>
 
 namespace elasticrun::daemon {
 namespace {
@@ -102,6 +103,7 @@ class ForkServerLauncher final : public Launcher {
   };
   void poll_store();
   void store_failed(const std::string& why);
+  void end_store(const Store& s);
 
   asio::io_context& io_;
   std::vector<std::string> preload_;
@@ -118,6 +120,8 @@ class ForkServerLauncher final : public Launcher {
   std::vector<std::string> server_env_;  // what it started with, for the store's request
   std::string server_cwd_;
   std::optional<Store> store_;
+  // Stores ended before the server said their pid: killed when it does.
+  std::set<std::uint64_t> dropped_stores_;
   asio::steady_timer timer_;
   std::shared_ptr<int> alive_ = std::make_shared<int>(0);  // for the timer's handler
 };
@@ -150,8 +154,14 @@ void ForkServerLauncher::drop_store() {
   Store s = std::move(*store_);
   store_.reset();
   timer_.cancel();
-  if (s.pid > 0) ::kill(-s.pid, SIGKILL);  // its exit, reported later, is an unknown pid's
+  end_store(s);
   if (s.done) s.done(fail("replaced before it listened"));
+}
+
+// Its exit, reported later, is an unknown pid's; one not forked yet is killed once it is.
+void ForkServerLauncher::end_store(const Store& s) {
+  if (s.pid > 0) ::kill(-s.pid, SIGKILL);
+  else dropped_stores_.insert(s.id);
 }
 
 void ForkServerLauncher::store_failed(const std::string& why) {
@@ -159,9 +169,15 @@ void ForkServerLauncher::store_failed(const std::string& why) {
   Store s = std::move(*store_);
   store_.reset();
   timer_.cancel();
-  if (s.pid > 0) ::kill(-s.pid, SIGKILL);
-  if (s.done) s.done(fail(why));
-  else ER_LOG(daemon, warn, "torch's store on port {} (pid {}) ended: {}", s.port, s.pid, why);
+  end_store(s);
+  if (s.done) return s.done(fail(why));
+  // The workers were told it is up: those that have not reached it would wait for it
+  // until torch's timeout (30 minutes). Ending them makes it a failure the driver
+  // handles (restart mode: a new generation, with a new store).
+  ER_LOG(daemon, error, "torch's store on port {} (pid {}) ended: {}; stopping this host's workers", s.port, s.pid,
+         why);
+  table_.signal_all(SIGKILL);
+  plain_->signal_all(SIGKILL);
 }
 
 void ForkServerLauncher::poll_store() {
@@ -252,6 +268,10 @@ void ForkServerLauncher::started(std::uint64_t id, int pid) {
     store_->pid = pid;
     return poll_store();
   }
+  if (dropped_stores_.erase(id)) {
+    ::kill(-pid, SIGKILL);
+    return;
+  }
   auto it = pending_.find(id);
   if (it == pending_.end()) return;
   Pending p = std::move(it->second);
@@ -264,6 +284,7 @@ void ForkServerLauncher::started(std::uint64_t id, int pid) {
 // A worker the server would not reproduce exactly (fork_server.py says why): exec'd.
 void ForkServerLauncher::refused(std::uint64_t id, const std::string& why) {
   if (store_ && store_->id == id) return store_failed("the fork server refused it: " + why);
+  if (dropped_stores_.erase(id)) return;
   auto it = pending_.find(id);
   if (it == pending_.end()) return;
   Pending p = std::move(it->second);

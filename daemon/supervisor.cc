@@ -260,6 +260,7 @@ void Supervisor::on_spawn(const msg::Spawn& s) {
 // fork server), and the answer waits until it listens; where it cannot be, the answer
 // says so and rank 0 hosts the store, as without.
 void Supervisor::on_reserve_port(const msg::ReservePort& r) {
+  if (stopping_) return;  // no epoch starts any more
   launcher_->drop_store();
   auto port = port_.renew();
   if (!port) {

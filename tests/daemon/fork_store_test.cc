@@ -117,6 +117,39 @@ TEST(ForkStore, AnsweredOnceItListensAndEndedByTheNextOrADrop) {
   EXPECT_EQ(f.launcher->running(), 1u);
 }
 
+// Dropped before the server said its pid (a second reservation in the same read): it
+// is killed once the server does, and never listens.
+TEST(ForkStore, ADropBeforeTheForkIsAnsweredKillsItOnceForked) {
+  if (!has_torch()) GTEST_SKIP() << kPython << " has no torch.distributed";
+  Fixture f;
+  f.start_server();
+  ed::PortReservation r;
+  auto port = r.renew();
+  ASSERT_TRUE(port) << port.error();
+  std::optional<elasticrun::Result<int>> got;
+  f.launcher->host_store(*port, [&](elasticrun::Result<int> pid) { got = std::move(pid); });
+  f.launcher->drop_store();
+  ASSERT_TRUE(got.has_value() && !*got);  // told at once
+  // The store would import torch.distributed and listen within a few seconds.
+  run_until(f.io, [] { return false; }, 6s);
+  EXPECT_FALSE(ed::port_listening(*port)) << "the dropped store runs";
+}
+
+// A store that dies after it was answered: the workers were told it is up, so this
+// host's workers are stopped (a failure the driver handles) rather than left waiting.
+TEST(ForkStore, AStoreThatDiesStopsThisHostsWorkers) {
+  if (!has_torch()) GTEST_SKIP() << kPython << " has no torch.distributed";
+  Fixture f;
+  f.start_server();
+  ed::PortReservation r;
+  auto port = r.renew();
+  ASSERT_TRUE(port) << port.error();
+  auto got = f.host(*port);
+  ASSERT_TRUE(got.has_value() && *got);
+  ::kill(**got, SIGKILL);
+  EXPECT_TRUE(run_until(f.io, [&] { return f.exits == 1; }, 10s)) << "the worker still runs";
+}
+
 TEST(ForkStore, NotWithoutAReadyServerNorWithTheProcessLauncher) {
   Fixture f;
   auto got = f.host(1);  // no worker yet: no server

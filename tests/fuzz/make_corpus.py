@@ -43,19 +43,19 @@ MESSAGES = {
     'report': frame(20, u64(6) + u64(40) + string('{"loss":0.25,"accuracy":0.9}')),
     'report_reply': frame(21, u64(6) + u8(1)),
     'config': frame(30, string(b'\x05' * 32) + string('10.0.0.1:29500') + string('node1') + string('/tmp')
-                    + u32(4) + u32(2500) + u32(10000) + strings(['torch', 'torch.distributed'])),
+                    + u32(5) + u32(2500) + u32(10000) + strings(['torch', 'torch.distributed'])),
     'spawn': frame(31, u32(0) + u64(1) + i32(0) + i32(2) + strings(['python3', 'train.py']) + strings(['A=1', 'B=2'])
                    + i32(2)),
     'kill': frame(32, u32(0xffffffff) + i32(15)),
     'shutdown': frame(33, u32(2000)),
-    'ready': frame(34, u32(99) + string('node1') + u32(4)),
+    'ready': frame(34, u32(99) + string('node1') + u32(5)),
     'started': frame(35, u32(0) + u32(100)),
     'output': frame(36, u32(0) + u8(1) + string(b'hello\n')),
     'exited': frame(37, u32(0) + u32(100) + i32(1) + i32(0) + string('{"message": "boom"}') + u64(19)),
     'spawn_failed': frame(38, u32(1) + string('exec: no such file')),
     'heartbeat': frame(39, b''),
-    'reserve_port': frame(40, u64(2)),
-    'port_reserved': frame(41, u64(2) + u32(29500) + string('')),
+    'reserve_port': frame(40, u64(2) + u8(1)),
+    'port_reserved': frame(41, u64(2) + u32(29500) + string('') + u8(1)),
 }
 
 
