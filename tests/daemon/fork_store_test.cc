@@ -12,6 +12,7 @@
 
 #include <chrono>
 #include <csignal>
+#include <deque>
 #include <cstdlib>
 #include <filesystem>
 #include <functional>
@@ -76,6 +77,14 @@ struct Fixture {
     ASSERT_TRUE(*started);
   }
 
+  // A new port held for the test (the reservations live as long as the fixture).
+  std::uint16_t new_port() {
+    auto port = ports.emplace_back().renew();
+    EXPECT_TRUE(port) << port.error();
+    return port ? *port : 0;
+  }
+  std::deque<ed::PortReservation> ports;
+
   // host_store's answer for `port`.
   std::optional<elasticrun::Result<int>> host(std::uint16_t port) {
     std::optional<elasticrun::Result<int>> got;
@@ -89,24 +98,20 @@ TEST(ForkStore, AnsweredOnceItListensAndEndedByTheNextOrADrop) {
   if (!has_torch()) GTEST_SKIP() << kPython << " has no torch.distributed";
   Fixture f;
   f.start_server();
-  ed::PortReservation first;
-  auto port = first.renew();
-  ASSERT_TRUE(port) << port.error();
-  auto got = f.host(*port);
+  std::uint16_t port = f.new_port();
+  auto got = f.host(port);
   ASSERT_TRUE(got.has_value()) << "no answer within 30 s";
   ASSERT_TRUE(*got) << got->error();
-  EXPECT_TRUE(ed::port_listening(*port)) << "answered before the store listened";
+  EXPECT_TRUE(ed::port_listening(port)) << "answered before the store listened";
   int pid = **got;
   EXPECT_TRUE(alive(pid));
 
   // A new store ends the one before.
-  ed::PortReservation second;
-  auto port2 = second.renew();
-  ASSERT_TRUE(port2) << port2.error();
-  got = f.host(*port2);
+  std::uint16_t port2 = f.new_port();
+  got = f.host(port2);
   ASSERT_TRUE(got.has_value() && *got);
-  EXPECT_TRUE(ed::port_listening(*port2));
-  EXPECT_TRUE(run_until(f.io, [&] { return !alive(pid) && !ed::port_listening(*port); }, 10s))
+  EXPECT_TRUE(ed::port_listening(port2));
+  EXPECT_TRUE(run_until(f.io, [&] { return !alive(pid) && !ed::port_listening(port); }, 10s))
       << "the first store still runs";
 
   // drop_store() ends the current one; the worker is not touched.
@@ -123,16 +128,14 @@ TEST(ForkStore, ADropBeforeTheForkIsAnsweredKillsItOnceForked) {
   if (!has_torch()) GTEST_SKIP() << kPython << " has no torch.distributed";
   Fixture f;
   f.start_server();
-  ed::PortReservation r;
-  auto port = r.renew();
-  ASSERT_TRUE(port) << port.error();
+  std::uint16_t port = f.new_port();
   std::optional<elasticrun::Result<int>> got;
-  f.launcher->host_store(*port, [&](elasticrun::Result<int> pid) { got = std::move(pid); });
+  f.launcher->host_store(port, [&](elasticrun::Result<int> pid) { got = std::move(pid); });
   f.launcher->drop_store();
   ASSERT_TRUE(got.has_value() && !*got);  // told at once
   // The store would import torch.distributed and listen within a few seconds.
   run_until(f.io, [] { return false; }, 6s);
-  EXPECT_FALSE(ed::port_listening(*port)) << "the dropped store runs";
+  EXPECT_FALSE(ed::port_listening(port)) << "the dropped store runs";
 }
 
 // A store that dies after it was answered: the workers were told it is up, so this
@@ -141,10 +144,7 @@ TEST(ForkStore, AStoreThatDiesStopsThisHostsWorkers) {
   if (!has_torch()) GTEST_SKIP() << kPython << " has no torch.distributed";
   Fixture f;
   f.start_server();
-  ed::PortReservation r;
-  auto port = r.renew();
-  ASSERT_TRUE(port) << port.error();
-  auto got = f.host(*port);
+  auto got = f.host(f.new_port());
   ASSERT_TRUE(got.has_value() && *got);
   ::kill(**got, SIGKILL);
   EXPECT_TRUE(run_until(f.io, [&] { return f.exits == 1; }, 10s)) << "the worker still runs";
