@@ -103,7 +103,7 @@ class ForkServerLauncher final : public Launcher {
   };
   void poll_store();
   void store_failed(const std::string& why);
-  void end_store(const Store& s);
+  Store end_store();  // with store_ set
 
   asio::io_context& io_;
   std::vector<std::string> preload_;
@@ -151,25 +151,24 @@ void ForkServerLauncher::host_store(std::uint16_t port, OnStore done) {
 
 void ForkServerLauncher::drop_store() {
   if (!store_) return;
-  Store s = std::move(*store_);
-  store_.reset();
-  timer_.cancel();
-  end_store(s);
+  Store s = end_store();
   if (s.done) s.done(fail("replaced before it listened"));
 }
 
-// Its exit, reported later, is an unknown pid's; one not forked yet is killed once it is.
-void ForkServerLauncher::end_store(const Store& s) {
+// Takes the store out, its polling stopped and its process killed: its exit, reported
+// later, is an unknown pid's; one not forked yet is killed once it is.
+ForkServerLauncher::Store ForkServerLauncher::end_store() {
+  Store s = std::move(*store_);
+  store_.reset();
+  timer_.cancel();
   if (s.pid > 0) ::kill(-s.pid, SIGKILL);
   else dropped_stores_.insert(s.id);
+  return s;
 }
 
 void ForkServerLauncher::store_failed(const std::string& why) {
   if (!store_) return;
-  Store s = std::move(*store_);
-  store_.reset();
-  timer_.cancel();
-  end_store(s);
+  Store s = end_store();
   if (s.done) return s.done(fail(why));
   // The workers were told it is up: those that have not reached it would wait for it
   // until torch's timeout (30 minutes). Ending them makes it a failure the driver
