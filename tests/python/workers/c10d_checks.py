@@ -275,6 +275,9 @@ def main():
     check(dist.get_backend() == "elasticrun" and dist.get_rank() == er.rank() and
           dist.get_world_size() == er.size(), "the default group is elasticrun's, with its ranks")
     {"ops": mode_ops, "errors": mode_errors}[mode]()
+    # Gloo's groups need it: left to the interpreter's exit, a Gloo worker thread can be
+    # destroyed still joinable (std::terminate, SIGABRT; torch's own advice is to call it).
+    dist.destroy_process_group()
     finish(f"c10d_checks {mode}")
 
 
