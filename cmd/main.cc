@@ -3,6 +3,7 @@
 #include "cmd/job.h"
 #include "cmd/options.h"
 #include "cmd/sweep/sweep.h"
+#include "common/fd_limit.h"
 #include "common/log.h"
 
 #include <csignal>
@@ -14,6 +15,7 @@ int main(int argc, char** argv) {
   std::signal(SIGPIPE, SIG_IGN);
   using namespace elasticrun;
   log::set_program("elasticrun");
+  raise_open_file_limit();
   if (argc > 1 && std::string_view(argv[1]) == "sweep") return sweep::sweep_main(argc - 1, argv + 1);
   auto parsed = cmd::parse_options(argc, argv);
   if (!parsed) {

@@ -47,6 +47,7 @@ struct FramedStream::Impl : std::enable_shared_from_this<Impl> {
   std::size_t rsize;
   std::unique_ptr<std::uint8_t[]> rbuf;
   std::deque<wire::Bytes> wqueue;  // front: being written
+  std::size_t wbytes = 0;          // in wqueue
   bool reading = false, write_failed = false;
 
   std::variant<Descriptor, Socket>& writer() { return out ? *out : in; }
@@ -84,6 +85,7 @@ struct FramedStream::Impl : std::enable_shared_from_this<Impl> {
   void send(const Frame& f) {
     if (!handler || write_failed) return;
     wqueue.push_back(encode_frame(f));
+    wbytes += wqueue.back().size();
     if (wqueue.size() == 1) write_next();
   }
 
@@ -103,8 +105,10 @@ struct FramedStream::Impl : std::enable_shared_from_this<Impl> {
     if (ec) {
       write_failed = true;
       wqueue.clear();
+      wbytes = 0;
       return handler->on_stream_end({StreamEnd::Kind::write_error, ec.message()});
     }
+    wbytes -= wqueue.front().size();
     wqueue.pop_front();
     if (!wqueue.empty()) write_next();
     else handler->on_stream_drained();
@@ -152,6 +156,8 @@ void FramedStream::close() { impl_->close(); }
 bool FramedStream::closed() const { return impl_->handler == nullptr; }
 
 std::size_t FramedStream::queued() const { return closed() ? 0 : impl_->wqueue.size(); }
+
+std::size_t FramedStream::queued_bytes() const { return closed() ? 0 : impl_->wbytes; }
 
 int FramedStream::native_handle() const { return impl_->fd(); }
 

@@ -70,8 +70,9 @@ class FramedStream {
   // even where a copy of the descriptor lives on); drops what was not written yet.
   void close();
   bool closed() const;
-  // Frames sent and not yet completely written.
+  // Frames sent and not yet completely written, and their bytes (headers included).
   std::size_t queued() const;
+  std::size_t queued_bytes() const;
   // The read descriptor, for socket options.
   int native_handle() const;
 

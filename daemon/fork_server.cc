@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <array>
 #include <cerrno>
@@ -149,7 +150,12 @@ void ForkServer::handle(const Frame& f) {
         return;
       case fork::kStarted: {
         auto m = fork::parse<fork::Started>(f);
-        if (m.pid == 0 || m.pid > INT_MAX) throw wire::DecodeError(fmt::format("pid {}", m.pid));
+        // The pid is signalled as a process group (kill(-pid)): 1 would be every process
+        // the daemon may signal; ours or the server's would be the daemon's own group or the
+        // server's. None of them can be a worker the server forked.
+        if (m.pid < 2 || m.pid > INT_MAX || static_cast<int>(m.pid) == ::getpid() ||
+            (child_ && static_cast<int>(m.pid) == child_->pid()))
+          throw wire::DecodeError(fmt::format("a worker's pid cannot be {}", m.pid));
         if (ev_.on_started) ev_.on_started(m.id, static_cast<int>(m.pid));
         return;
       }

@@ -73,7 +73,13 @@ class ForkServerLauncher final : public Launcher {
     for (auto& [id, p] : pending_) p.signals.push_back(sig);
     drop_store();
   }
-  std::size_t running() const override { return plain_->running() + table_.size() + pending_.size(); }
+  void resume_output() override {
+    plain_->resume_output();
+    table_.resume_output();
+  }
+  std::size_t running() const override {
+    return plain_->running() + table_.size() + table_.lingering() + pending_.size();
+  }
   void host_store(std::uint16_t port, OnStore done) override;
   void drop_store() override;
 

@@ -36,6 +36,12 @@ struct WorkerEvents {
   std::function<void(std::uint32_t slot, int stream, std::span<const std::uint8_t>)> on_output;
   // Called once per worker, after its output has been drained.
   std::function<void(std::uint32_t slot, int pid, int code, int signal)> on_exit;
+  // What an exited worker left in its process group is gone (Launcher::running() went
+  // down without an on_exit).
+  std::function<void()> on_settled;
+  // Asked after each piece of output: true stops reading the workers' pipes (they block
+  // when theirs fill) until Launcher::resume_output(). Unset: never.
+  std::function<bool()> hold_output;
 };
 
 class Launcher {
@@ -51,7 +57,10 @@ class Launcher {
   // has started); unknown slots are ignored.
   virtual void signal(std::uint32_t slot, int sig) = 0;
   virtual void signal_all(int sig) = 0;
-  // Workers starting or started whose end was not reported yet.
+  // Reads the output that WorkerEvents::hold_output stopped again.
+  virtual void resume_output() = 0;
+  // Workers starting or started whose end was not reported yet, and the process groups
+  // of reported ones whose leftovers are still being stopped (worker_table.h).
   virtual std::size_t running() const = 0;
 
   // Starts torch's TCPStore server (torch.distributed.TCPStore, is_master) on `port`, in

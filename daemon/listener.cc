@@ -126,7 +126,9 @@ class Listener::Handshake : public std::enable_shared_from_this<Handshake> {
 };
 
 Listener::Listener(asio::io_context& io, ListenOptions options)
-    : io_(io), options_(std::move(options)), acceptor_(io), kill_timer_(io) {}
+    : io_(io), options_(std::move(options)), acceptor_(io),
+      accept_(acceptor_, log::Component::daemon, [this](tcp::socket socket) { on_socket(std::move(socket)); }),
+      kill_timer_(io) {}
 
 Listener::~Listener() = default;
 
@@ -141,7 +143,7 @@ Result<void> Listener::start() {
   if (!ec) acceptor_.listen(asio::socket_base::max_listen_connections, ec);
   if (ec) return fail("cannot listen on " + options_.address + ":" + std::to_string(options_.port) + ": " + ec.message());
   ::fcntl(acceptor_.native_handle(), F_SETFD, FD_CLOEXEC);
-  accept();
+  accept_.start();
   return {};
 }
 
@@ -150,24 +152,17 @@ std::uint16_t Listener::port() const {
   return acceptor_.local_endpoint(ec).port();
 }
 
-void Listener::accept() {
-  acceptor_.async_accept([this](boost::system::error_code ec, tcp::socket socket) {
-    if (stopping_) return;
-    if (!ec) {
-      if (*handshake_count_ >= options_.max_handshakes) {
-        boost::system::error_code e2;
-        auto ep = socket.remote_endpoint(e2);
-        ER_LOG(daemon, warn, "rejected connection from {}: {} connections are already authenticating",
-               e2 ? "?" : ep.address().to_string(), options_.max_handshakes);
-      } else {
-        ::fcntl(socket.native_handle(), F_SETFD, FD_CLOEXEC);
-        std::make_shared<Handshake>(*this, std::move(socket), handshake_count_)->start(options_.handshake_timeout);
-      }
-    } else if (ec != asio::error::operation_aborted) {
-      ER_LOG(daemon, warn, "accept: {}", ec.message());
-    }
-    accept();
-  });
+void Listener::on_socket(tcp::socket socket) {
+  if (stopping_) return;
+  if (*handshake_count_ >= options_.max_handshakes) {
+    boost::system::error_code ec;
+    auto ep = socket.remote_endpoint(ec);
+    ER_LOG(daemon, warn, "rejected connection from {}: {} connections are already authenticating",
+           ec ? "?" : ep.address().to_string(), options_.max_handshakes);
+    return;
+  }
+  ::fcntl(socket.native_handle(), F_SETFD, FD_CLOEXEC);
+  std::make_shared<Handshake>(*this, std::move(socket), handshake_count_)->start(options_.handshake_timeout);
 }
 
 void Listener::start_job(tcp::socket socket, const auth::Secret& pad, const std::string& peer) {
@@ -223,6 +218,7 @@ void Listener::stop(std::chrono::milliseconds grace, std::function<void()> done)
   stopping_ = true;
   done_ = std::move(done);
   boost::system::error_code ec;
+  accept_.stop();
   acceptor_.close(ec);
   for (auto& [pid, job] : jobs_) job->signal(SIGTERM);
   kill_timer_.expires_after(grace);

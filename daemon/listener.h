@@ -14,6 +14,7 @@
 // logged with the peer's address and closes that connection only.
 #pragma once
 
+#include "common/accept_loop.h"
 #include "common/auth.h"
 #include "common/child_process.h"
 #include "common/result.h"
@@ -52,7 +53,7 @@ class Listener {
 
  private:
   class Handshake;
-  void accept();
+  void on_socket(boost::asio::ip::tcp::socket socket);
   void start_job(boost::asio::ip::tcp::socket socket, const auth::Secret& pad, const std::string& peer);
   void on_job_exit(int pid, const std::string& peer, int status);
   void finish_if_stopped();
@@ -60,6 +61,7 @@ class Listener {
   boost::asio::io_context& io_;
   ListenOptions options_;
   boost::asio::ip::tcp::acceptor acceptor_;
+  AcceptLoop accept_;
   boost::asio::steady_timer kill_timer_;
   std::shared_ptr<std::size_t> handshake_count_ = std::make_shared<std::size_t>(0);
   std::map<int, std::unique_ptr<ChildProcess>> jobs_;  // by pid

@@ -7,6 +7,7 @@
 //                            prove the cluster secret, one job process each.
 #include "common/auth.h"
 #include "common/cli.h"
+#include "common/fd_limit.h"
 #include "common/log.h"
 #include "common/shm_dirs.h"
 #include "daemon/job_records.h"
@@ -180,6 +181,7 @@ int run_listen(elasticrun::daemon::ListenOptions options, const std::string& sec
 int main(int argc, char** argv) {
   std::signal(SIGPIPE, SIG_IGN);
   elasticrun::log::set_program("elasticrund");
+  elasticrun::raise_open_file_limit();
   po::options_description desc("elasticrund options");
   desc.add_options()
       ("help,h", "print this help and exit")

@@ -20,7 +20,8 @@ class ProcessLauncher final : public Launcher {
   void spawn(const WorkerSpec& spec, OnStarted on_started) override { on_started(start(spec)); }
   void signal(std::uint32_t slot, int sig) override { table_.signal(slot, sig); }
   void signal_all(int sig) override { table_.signal_all(sig); }
-  std::size_t running() const override { return table_.size(); }
+  void resume_output() override { table_.resume_output(); }
+  std::size_t running() const override { return table_.size() + table_.lingering(); }
 
  private:
   Result<int> start(const WorkerSpec& spec);

@@ -51,7 +51,14 @@ WorkerEvents Supervisor::worker_events() {
     send(e);
     finish_if_idle();
   };
+  ev.on_settled = [this] { finish_if_idle(); };
+  ev.hold_output = [this] { return !out_broken_ && stream_.queued_bytes() >= kOutputHold; };
   return ev;
+}
+
+void Supervisor::on_stream_drained() {
+  launcher_->resume_output();
+  finish_if_idle();
 }
 
 Supervisor::~Supervisor() {
@@ -289,6 +296,7 @@ void Supervisor::on_reserve_port(const msg::ReservePort& r) {
 }
 
 void Supervisor::stop(std::chrono::milliseconds grace, int exit_code) {
+  launcher_->resume_output();  // with nobody to send it to, output is read and dropped
   if (stopping_) {
     finish_if_idle();
     return;

@@ -48,7 +48,7 @@ class Supervisor : private FramedStream::Handler {
  private:
   void on_stream_frame(Frame f) override;
   void on_stream_end(const StreamEnd& end) override;
-  void on_stream_drained() override { finish_if_idle(); }
+  void on_stream_drained() override;
   void handle(const Frame& f);
   void watch_driver();
   void beat();
@@ -64,6 +64,12 @@ class Supervisor : private FramedStream::Handler {
   void finish_if_idle();
   std::string make_shm_dir(std::uint32_t slot);
   void remove_shm_dir(std::uint32_t slot);
+
+  // Output waiting to go to the driver beyond which the workers' pipes are not read
+  // (WorkerEvents::hold_output) until it has all gone: the daemon's memory stays bounded
+  // when workers write faster than the link carries, and a heartbeat waits behind at
+  // most this much.
+  static constexpr std::size_t kOutputHold = 1u << 20;
 
   boost::asio::io_context& io_;
   FramedStream stream_;

@@ -46,6 +46,7 @@ void WorkerTable::signal(std::uint32_t slot, int sig) {
 void WorkerTable::signal_all(int sig) {
   for (auto& [pid, w] : workers_)
     if (!w->exited) w->signal_group(sig);
+  for (auto& [pid, l] : leftovers_) ::kill(-pid, sig);
 }
 
 std::vector<int> WorkerTable::running_pids() const {
@@ -69,8 +70,21 @@ void WorkerTable::read(Worker& w, int stream) {
       maybe_finish(pid);
       return;
     }
+    if (ev_.hold_output && ev_.hold_output()) {
+      wk.held[stream - 1] = true;
+      return;
+    }
     read(wk, stream);
   });
+}
+
+void WorkerTable::resume_output() {
+  for (auto& [pid, w] : workers_)
+    for (int stream : {1, 2})
+      if (w->held[stream - 1]) {
+        w->held[stream - 1] = false;
+        read(*w, stream);
+      }
 }
 
 // Reports the exit once both pipes reached EOF, or shortly after the exit if a
@@ -80,15 +94,8 @@ void WorkerTable::maybe_finish(int pid) {
   if (it == workers_.end() || !it->second->exited) return;
   Worker& w = *it->second;
   if (w.open_pipes > 0 && !w.drain_timer) {
-    w.drain_timer = std::make_unique<asio::steady_timer>(io_, std::chrono::milliseconds(500));
-    w.drain_timer->async_wait([this, pid](boost::system::error_code ec) {
-      if (ec) return;
-      auto i = workers_.find(pid);
-      if (i == workers_.end()) return;
-      i->second->signal_group(SIGKILL);  // whatever still holds the pipes belongs to the dead worker
-      i->second->open_pipes = 0;
-      maybe_finish(pid);
-    });
+    w.drain_timer = std::make_unique<asio::steady_timer>(io_);
+    wait_for_drain(pid);
     return;
   }
   if (w.open_pipes > 0) return;
@@ -98,9 +105,66 @@ void WorkerTable::maybe_finish(int pid) {
   if (done->drain_timer) done->drain_timer->cancel();
   done->out->close(ec);
   done->err->close(ec);
+  stop_leftovers(pid);  // before the report, so that lingering() counts them
   if (ev_.on_exit) ev_.on_exit(done->slot, pid, done->code, done->sig);
   // Destroying the pipes' pending handlers must wait until they ran; post the release.
   asio::post(io_, [d = std::shared_ptr<Worker>(std::move(done))] {});
+}
+
+// 500 ms of reading after the worker's exit (of time its output was read: not while held),
+// then whatever still holds its pipes, which belongs to the dead worker, is killed.
+void WorkerTable::wait_for_drain(int pid) {
+  Worker& w = *workers_.at(pid);
+  w.drain_timer->expires_after(std::chrono::milliseconds(500));
+  w.drain_timer->async_wait([this, pid](boost::system::error_code ec) {
+    if (ec) return;
+    auto i = workers_.find(pid);
+    if (i == workers_.end()) return;
+    if (i->second->held[0] || i->second->held[1]) return wait_for_drain(pid);
+    i->second->signal_group(SIGKILL);
+    i->second->open_pipes = 0;
+    maybe_finish(pid);
+  });
+}
+
+// The worker is reaped, so its pid is free again; but while its group has a member, no
+// new process gets that pid, so -pid still names only what the worker left. (A group
+// that empties during the grace, and a stranger that then gets the pid and makes a
+// group of its own within it, is the one case this could reach; pids are handed out in
+// turn, up to pid_max, so that takes a host forking pid_max times in 2 s.)
+void WorkerTable::stop_leftovers(int pid) {
+  if (::kill(-pid, 0) != 0) return;  // nothing left (the usual case), or nothing we may signal
+  ::kill(-pid, SIGTERM);
+  Leftover& l = leftovers_[pid];
+  l.kill_at = std::chrono::steady_clock::now() + kLeftoverGrace;
+  l.timer = std::make_unique<asio::steady_timer>(io_);
+  poll_leftovers_later(pid);  // never on_settled from here: the exit is not reported yet
+}
+
+void WorkerTable::poll_leftovers_later(int pid) {
+  auto& timer = *leftovers_.at(pid).timer;
+  timer.expires_after(std::chrono::milliseconds(20));
+  timer.async_wait([this, pid](boost::system::error_code ec) {
+    if (!ec) poll_leftovers(pid);
+  });
+}
+
+void WorkerTable::poll_leftovers(int pid) {
+  auto it = leftovers_.find(pid);
+  if (it == leftovers_.end()) return;
+  bool gone = ::kill(-pid, 0) != 0;
+  if (!gone && std::chrono::steady_clock::now() >= it->second.kill_at) {
+    // A worker of ours with that pid would mean the group emptied first: it is not ours to kill.
+    if (!workers_.count(pid)) ::kill(-pid, SIGKILL);
+    gone = true;
+  }
+  if (gone) {
+    asio::post(io_, [t = std::shared_ptr<asio::steady_timer>(std::move(it->second.timer))] {});
+    leftovers_.erase(it);
+    if (ev_.on_settled) ev_.on_settled();
+    return;
+  }
+  poll_leftovers_later(pid);
 }
 
 }  // namespace elasticrun::daemon

@@ -6,7 +6,15 @@
 // ChildProcess the table holds), or the fork server that forked it (reported by pid).
 // The report waits until both pipes reached end of file, or 500 ms after the exit if
 // something the worker started still holds them: that is then killed with the
-// worker's process group.
+// worker's process group. While WorkerEvents::hold_output says so, the pipes are not
+// read (a worker that writes blocks once its pipe is full) and that wait does not run
+// out.
+//
+// No orphans: what a worker leaves running in its process group when it exits (a
+// helper it started with its output sent elsewhere, so that no pipe shows it) gets
+// SIGTERM when the worker's end is reported, and SIGKILL kLeftoverGrace later if it is
+// still there. Until then it counts in lingering(), so that a daemon that is stopping
+// waits for it.
 #pragma once
 
 #include "common/child_process.h"
@@ -16,6 +24,7 @@
 #include <boost/asio.hpp>
 
 #include <array>
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -24,8 +33,10 @@ namespace elasticrun::daemon {
 
 class WorkerTable {
  public:
+  static constexpr std::chrono::milliseconds kLeftoverGrace{2000};
+
   WorkerTable(boost::asio::io_context& io, WorkerEvents events) : io_(io), ev_(std::move(events)) {}
-  // Kills every worker's group that is still there.
+  // Kills every worker's group that is still there, and what exited workers left.
   ~WorkerTable() { signal_all(SIGKILL); }
   WorkerTable(const WorkerTable&) = delete;
   WorkerTable& operator=(const WorkerTable&) = delete;
@@ -38,11 +49,16 @@ class WorkerTable {
   // code and a signal are told apart. Unknown pids are ignored.
   void exited(int pid, int status);
   // Sends `sig` to the process groups of the workers of `slot`, or of all, that have not
-  // exited yet.
+  // exited yet; signal_all also to what exited workers left that is being stopped.
   void signal(std::uint32_t slot, int sig);
   void signal_all(int sig);
+  // Reads again the pipes that hold_output stopped.
+  void resume_output();
   // Workers whose end was not reported yet.
   std::size_t size() const { return workers_.size(); }
+  // Process groups of reported workers whose leftovers are being stopped; each one's
+  // end calls WorkerEvents::on_settled.
+  std::size_t lingering() const { return leftovers_.size(); }
   // Pids of the workers that have not exited.
   std::vector<int> running_pids() const;
 
@@ -54,6 +70,7 @@ class WorkerTable {
     std::unique_ptr<ChildProcess> child;
     std::array<std::uint8_t, 65536> obuf{}, ebuf{};
     int open_pipes = 2;
+    std::array<bool, 2> held{};  // stdout, stderr: not read, by hold_output
     bool exited = false;
     int code = 0, sig = 0;
     std::unique_ptr<boost::asio::steady_timer> drain_timer;
@@ -62,10 +79,21 @@ class WorkerTable {
   };
   void read(Worker& w, int stream);
   void maybe_finish(int pid);
+  void wait_for_drain(int pid);
+  void stop_leftovers(int pid);
+  void poll_leftovers_later(int pid);
+  void poll_leftovers(int pid);
+
+  // The group of a reported worker (its pid) while what is left in it is stopped.
+  struct Leftover {
+    std::unique_ptr<boost::asio::steady_timer> timer;
+    std::chrono::steady_clock::time_point kill_at;
+  };
 
   boost::asio::io_context& io_;
   WorkerEvents ev_;
   std::map<int, std::unique_ptr<Worker>> workers_;
+  std::map<int, Leftover> leftovers_;
 };
 
 }  // namespace elasticrun::daemon

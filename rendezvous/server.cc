@@ -12,12 +12,14 @@ namespace asio = boost::asio;
 
 Server::Server(asio::io_context& io, const auth::Secret& secret, const asio::ip::tcp::endpoint& bind,
                Callbacks cb, ServerLimits limits)
-    : io_(io), secret_(secret), acceptor_(io), cb_(std::move(cb)), limits_(limits), liveness_timer_(io) {
+    : io_(io), secret_(secret), acceptor_(io),
+      accept_(acceptor_, log::Component::rendezvous, [this](asio::ip::tcp::socket sock) { on_socket(std::move(sock)); }),
+      cb_(std::move(cb)), limits_(limits), liveness_timer_(io) {
   acceptor_.open(bind.protocol());
   acceptor_.set_option(asio::ip::tcp::acceptor::reuse_address(true));
   acceptor_.bind(bind);
   acceptor_.listen(asio::socket_base::max_listen_connections);
-  accept();
+  accept_.start();
   if (limits_.worker_timeout.count() > 0) {
     liveness_.emplace(limits_.worker_timeout);
     watch_liveness();
@@ -28,27 +30,19 @@ Server::~Server() { stop(); }
 
 std::uint16_t Server::port() const { return acceptor_.local_endpoint().port(); }
 
-void Server::accept() {
-  acceptor_.async_accept([this](boost::system::error_code ec, asio::ip::tcp::socket sock) {
-    if (ec == asio::error::operation_aborted || !acceptor_.is_open()) return;
-    if (!ec) {
-      if (sessions_.size() >= limits_.max_connections) {
-        ER_LOG(rendezvous, warn, "refusing a connection: {} already open", sessions_.size());
-      } else {
-        auto s = std::make_shared<Session>(static_cast<SessionHost&>(*this), std::move(sock), secret_,
-                                           limits_.keep_alive);
-        sessions_.insert(s);
-        s->start(limits_.handshake_timeout);
-      }
-    } else {
-      ER_LOG(rendezvous, warn, "accept: {}", ec.message());
-    }
-    accept();
-  });
+void Server::on_socket(asio::ip::tcp::socket sock) {
+  if (sessions_.size() >= limits_.max_connections) {
+    ER_LOG(rendezvous, warn, "refusing a connection: {} already open", sessions_.size());
+    return;
+  }
+  auto s = std::make_shared<Session>(static_cast<SessionHost&>(*this), std::move(sock), secret_, limits_.keep_alive);
+  sessions_.insert(s);
+  s->start(limits_.handshake_timeout);
 }
 
 void Server::stop() {
   boost::system::error_code ec;
+  accept_.stop();
   acceptor_.close(ec);
   cb_ = {};  // connections we close ourselves are not workers lost
   liveness_timer_.cancel();

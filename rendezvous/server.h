@@ -7,6 +7,7 @@
 // or authenticate closes that connection with a logged reason and touches nothing else.
 #pragma once
 
+#include "common/accept_loop.h"
 #include "common/auth.h"
 #include "common/messages.h"
 #include "common/socket_options.h"
@@ -113,7 +114,7 @@ class Server : private SessionHost {
     std::map<std::string, BarrierState> barriers;
   };
 
-  void accept();
+  void on_socket(boost::asio::ip::tcp::socket sock);
   // SessionHost: what sessions ask of the server.
   void on_join(const std::shared_ptr<Session>& s, const msg::Join& j) override;
   void on_rejoin(const std::shared_ptr<Session>& s, const msg::Rejoin& r) override;
@@ -138,6 +139,7 @@ class Server : private SessionHost {
   boost::asio::io_context& io_;
   auth::Secret secret_;
   boost::asio::ip::tcp::acceptor acceptor_;
+  AcceptLoop accept_;
   Callbacks cb_;
   ServerLimits limits_;
   Assignment assignment_;

@@ -90,6 +90,7 @@ TEST_F(FramedStreamTest, WriteQueueKeepsOrderUnderManySends) {
   FramedStream a(io_, x, x, a_), b(io_, y, y, b_);
   b.start();
   constexpr int kFrames = 3000;
+  std::size_t bytes = 0;
   // All queued before the first write completes; sizes vary so writes end mid-frame.
   for (int i = 0; i < kFrames; ++i) {
     Frame f = frame(static_cast<std::uint8_t>(i % 251), static_cast<std::size_t>((i * 7919) % 20000));
@@ -97,8 +98,10 @@ TEST_F(FramedStreamTest, WriteQueueKeepsOrderUnderManySends) {
     e.u32(static_cast<std::uint32_t>(i));
     f.payload.insert(f.payload.begin(), e.buffer().begin(), e.buffer().end());
     a.send(f);
+    bytes += kFrameHeader + f.payload.size();
   }
-  EXPECT_GT(a.queued(), 0u);
+  EXPECT_EQ(a.queued(), static_cast<std::size_t>(kFrames));  // the first write is asynchronous too
+  EXPECT_EQ(a.queued_bytes(), bytes);
   ASSERT_TRUE(testing::run_until(io_, [&] { return b_.frames.size() == kFrames; }, std::chrono::seconds(20)));
   for (int i = 0; i < kFrames; ++i) {
     wire::Decoder d(b_.frames[i].payload);
@@ -106,6 +109,7 @@ TEST_F(FramedStreamTest, WriteQueueKeepsOrderUnderManySends) {
     ASSERT_EQ(b_.frames[i].type, i % 251);
   }
   EXPECT_EQ(a.queued(), 0u);
+  EXPECT_EQ(a.queued_bytes(), 0u);
   EXPECT_EQ(a_.drained, 1);
 }
 

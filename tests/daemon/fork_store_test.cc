@@ -1,7 +1,8 @@
 // torch's store hosted by the fork-server launcher (Launcher::host_store), with a real fork
 // server of Debian's /usr/bin/python3: the store is answered only once it listens on its
 // port, a new one and drop_store() end the one before, and a launcher without a ready
-// server says why it cannot. The server here preloads json only, so the store imports
+// server says why it cannot. Also the launcher's refusal of a worker pid that no forked
+// worker can have. The server here preloads json only, so the store imports
 // torch.distributed itself (a second or more): an answer given before it listens is seen.
 #include "daemon/launcher.h"
 #include "daemon/port_reservation.h"
@@ -15,7 +16,9 @@
 #include <deque>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <functional>
+#include <iterator>
 #include <optional>
 #include <string>
 #include <vector>
@@ -167,3 +170,55 @@ TEST(ForkStore, NotWithoutAReadyServerNorWithTheProcessLauncher) {
 }
 
 }  // namespace
+
+// A fork server that says it forked a worker whose pid is its own or the daemon's: the
+// daemon signals a worker as a process group (kill(-pid)), so that would reach the
+// server's group or the daemon's own. The frame is refused as the server failing, and
+// the worker is exec'd instead. The fake interpreter runs the real fork_server.py with
+// the pid it sends replaced, and execs /usr/bin/python3 for anything else. (Pid 1, refused
+// by the same check, is not tried: were the check broken, the test would kill(-1, ...)
+// every process it may signal.)
+class ForkServerPid : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(ForkServerPid, APidNoForkedWorkerCanHaveIsRefused) {
+  namespace fs = std::filesystem;
+  fs::path dir = fs::temp_directory_path() / ("fork-pid-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  fs::path fake = dir / "python3", marker = dir / "sent";
+  {
+    std::ofstream py(fake);
+    py << "#!/usr/bin/python3\n"
+          "import os, sys\n"
+          "if len(sys.argv) < 4 or sys.argv[1] != '-c' or sys.argv[3] != '3':\n"
+          "    os.execv('/usr/bin/python3', ['/usr/bin/python3'] + sys.argv[1:])\n"
+          "src, real = sys.argv[2], 'struct.pack(\"<QI\", req.id, pid)'\n"
+          "with open("
+       << "'" << marker.string() << "'"
+       << ", 'w') as f:\n"
+          "    f.write('sent' if real in src else 'fork_server.py no longer sends ' + real)\n"
+          "sys.argv = ['-c'] + sys.argv[3:]\n"
+          "exec(compile(src.replace(real, 'struct.pack(\"<QI\", req.id, "
+       << GetParam()
+       << ")'), '<fork_server>', 'exec'), {'__name__': '__main__'})\n";
+  }
+  fs::permissions(fake, fs::perms::owner_all);
+  Fixture f;
+  ed::WorkerSpec w{0, {fake.string(), "-c", "import time; time.sleep(60)"}, environment(), dir.string()};
+  std::optional<elasticrun::Result<int>> started;
+  f.launcher->spawn(w, [&](elasticrun::Result<int> pid) { started = std::move(pid); });
+  ASSERT_TRUE(run_until(f.io, [&] { return started.has_value(); }, 60s));
+  ASSERT_TRUE(*started) << started->error();
+  int pid = **started;
+  std::string sent;
+  std::getline(std::ifstream(marker), sent);
+  EXPECT_EQ(sent, "sent");
+  EXPECT_NE(pid, ::getpid());
+  // The exec'd worker, not the server (whose command line holds fork_server.py).
+  std::ifstream cmdline("/proc/" + std::to_string(pid) + "/cmdline");
+  std::string text((std::istreambuf_iterator<char>(cmdline)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("time.sleep(60)"), std::string::npos) << text;
+  EXPECT_EQ(text.find("struct"), std::string::npos) << "the server was taken for the worker";
+  fs::remove_all(dir);
+}
+
+INSTANTIATE_TEST_SUITE_P(OwnOrDaemons, ForkServerPid, ::testing::Values("os.getpid()", "os.getppid()"));

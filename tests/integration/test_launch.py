@@ -229,6 +229,89 @@ def test_sigkill_to_driver_leaves_no_orphans(job):
     assert our_processes(job.tag) == []
 
 
+# Workers that start a helper and exit without stopping it: the helper has its own output
+# (so no pipe of the worker's stays open) and is left in the worker's process group.
+# Rank 1 exits at once, and its helper ignores SIGTERM, so only the SIGKILL ends it;
+# rank 0's helper ends on SIGTERM, and rank 0 runs on meanwhile.
+LEAVES_A_HELPER = """
+import os, subprocess, time
+rank0 = os.environ["RANK"] == "0"
+cmd = ["sleep", "60"] if rank0 else ["sh", "-c", "trap '' TERM; exec sleep 60"]
+h = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+print("helper", h.pid, flush=True)
+if rank0:
+    time.sleep(6)
+"""
+
+
+@pytest.mark.parametrize("preload", [[], ["--preload", "json"]], ids=["exec", "fork-server"])
+def test_what_a_worker_leaves_running_is_stopped_with_it(job, preload):
+    """Exec'd workers and workers forked by the fork server alike: what a worker leaves
+    running gets SIGTERM when it exits and SIGKILL 2 s later, while the job goes on (not
+    only when the job ends), instead of being reparented to init and running on."""
+    p = job.start(["-np", 2, *preload, "/usr/bin/python3", "-c", LEAVES_A_HELPER])
+    try:
+        helpers = {}
+        for line in p.stdout:
+            m = re.match(r"\[(\d)\]<stdout>: helper (\d+)", line)
+            if m:
+                helpers[int(m.group(1))] = int(m.group(2))
+            if 1 in helpers:
+                break
+        assert 1 in helpers, f"no helper from rank 1: {helpers}"
+        # 2 s of grace from rank 1's exit, and some slack for this busy machine.
+        deadline = time.monotonic() + 3.5
+        while helpers[1] in our_processes(job.tag) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert helpers[1] not in our_processes(job.tag), "rank 1's helper outlived the SIGKILL"
+        assert p.poll() is None, "the job ended first: this did not test a job that goes on"
+        rest, err = p.communicate(timeout=30)
+        assert p.returncode == 0, err
+        helpers.update({int(r): int(h) for r, h in re.findall(r"\[(\d)\]<stdout>: helper (\d+)", rest)})
+        assert 0 in helpers, rest
+        assert helpers[0] not in our_processes(job.tag), "rank 0's helper outlived the job"
+    finally:
+        if p.poll() is None:
+            p.kill()
+    # the job fixture asserts that nothing else is left
+
+
+def test_a_low_open_file_limit_is_raised_to_the_hard_one(job):
+    """Started under a soft limit of 16 open files (hard 4096), the driver raises its own
+    to the hard limit, as the daemon does, and the workers inherit it: 8 workers' rendezvous
+    connections and the daemon's pipes need more than 16 descriptors in the driver."""
+    import resource
+
+    def low():
+        resource.setrlimit(resource.RLIMIT_NOFILE, (16, 4096))
+
+    r = job.run(["-np", 8, "sh", "-c", f'echo "nofile $(ulimit -Sn)"; exec {TESTPROG} --init'], preexec_fn=low)
+    assert r.returncode == 0, r.stderr
+    assert sorted(re.findall(r"<stdout>: nofile (\d+)", r.stdout)) == ["4096"] * 8, r.stdout
+
+
+def test_a_daemon_stops_reading_output_it_cannot_send_yet(job):
+    """A worker writes 200 MiB to stdout while nothing reads the driver's stdout for 3 s,
+    so the driver's writes block and it stops reading its daemon. The daemon stops reading
+    the worker's pipe once 1 MiB waits to be sent, instead of queueing all of it: its peak
+    memory stays small. Every line arrives once the driver's stdout is read again."""
+    code = "import sys\nb = (b'x' * 1023 + b'\\n') * 1024\nfor _ in range(200):\n    sys.stdout.buffer.write(b)\n"
+    p = job.start(["-np", 1, "/usr/bin/python3", "-c", code])
+    try:
+        time.sleep(3)
+        daemons = [pid for pid in our_processes(job.tag) if argv0(pid).endswith(b"elasticrund")]
+        assert len(daemons) == 1, daemons
+        status = Path(f"/proc/{daemons[0]}/status").read_text()
+        peak_kib = int(re.search(r"VmHWM:\s+(\d+) kB", status).group(1))
+        lines = sum(1 for line in p.stdout if line == "[0]<stdout>: " + "x" * 1023 + "\n")
+        assert p.wait(timeout=60) == 0, p.stderr.read()
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert lines == 200 * 1024
+    assert peak_kib < 64 * 1024, f"the daemon held {peak_kib} KiB"
+
+
 def test_silent_daemon_ends_a_fixed_size_job_after_host_timeout(job):
     """Outside elastic mode a host whose daemon stops answering (SIGSTOP here; a cut link
     behaves the same) ends the job after --host-timeout, naming the host, and nothing is
