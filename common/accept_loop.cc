@@ -22,11 +22,9 @@ void AcceptLoop::stop() {
   acceptor_.cancel(ec);  // a connection that comes meanwhile waits in the listen queue
 }
 
-// Each handler looks at its error code before at `this`: one that was cancelled may run
-// after the owner destroyed the loop.
 void AcceptLoop::accept() {
-  acceptor_.async_accept([this](boost::system::error_code ec, asio::ip::tcp::socket socket) {
-    if (ec == asio::error::operation_aborted || stopped_ || !acceptor_.is_open()) return;
+  acceptor_.async_accept([this, alive = alive_](boost::system::error_code ec, asio::ip::tcp::socket socket) {
+    if (!*alive || ec == asio::error::operation_aborted || stopped_ || !acceptor_.is_open()) return;
     if (!ec) {
       if (failures_ > 0 && log::enabled(who_, log::Level::info))
         log::write(who_, log::Level::info, fmt::format("accepting connections again, after {} failed accepts", failures_));
@@ -39,8 +37,8 @@ void AcceptLoop::accept() {
       log::write(who_, log::Level::warn,
                  fmt::format("accept: {}; trying again every {} ms", ec.message(), kRetry.count()));
     retry_.expires_after(kRetry);
-    retry_.async_wait([this](boost::system::error_code e) {
-      if (!e && !stopped_ && acceptor_.is_open()) accept();
+    retry_.async_wait([this, alive = alive_](boost::system::error_code e) {
+      if (*alive && !e && !stopped_ && acceptor_.is_open()) accept();
     });
   });
 }

@@ -15,6 +15,7 @@
 
 #include <chrono>
 #include <functional>
+#include <memory>
 
 namespace elasticrun {
 
@@ -25,6 +26,7 @@ class AcceptLoop {
 
   // `acceptor` must outlive this; its owner opens and closes it.
   AcceptLoop(boost::asio::ip::tcp::acceptor& acceptor, log::Component who, OnSocket on_socket);
+  ~AcceptLoop() { *alive_ = false; }
   AcceptLoop(const AcceptLoop&) = delete;
   AcceptLoop& operator=(const AcceptLoop&) = delete;
 
@@ -44,6 +46,9 @@ class AcceptLoop {
   boost::asio::steady_timer retry_;
   bool stopped_ = true;
   unsigned failures_ = 0;
+  // Read first by every handler: one may run after the loop was destroyed (an accept
+  // that completed before, or was cancelled by, the owner's closing the acceptor).
+  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
 };
 
 }  // namespace elasticrun

@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 #include <linux/close_range.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 
@@ -77,8 +78,11 @@ bool map_descriptors(const std::vector<std::pair<int, int>>& fds, int high) {
   int tmp[kMaxMappedFds];
   for (std::size_t i = 0; i < fds.size(); ++i)
     if ((tmp[i] = ::fcntl(fds[i].second, F_DUPFD_CLOEXEC, high)) < 0) return false;
-  if (::syscall(SYS_close_range, 3u, ~0u, CLOSE_RANGE_CLOEXEC) != 0)
-    for (int fd = 3; fd < 4096; ++fd) ::fcntl(fd, F_SETFD, FD_CLOEXEC);  // kernels before 5.11
+  if (::syscall(SYS_close_range, 3u, ~0u, CLOSE_RANGE_CLOEXEC) != 0) {  // kernels before 5.11
+    rlimit rl{};
+    rlim_t top = ::getrlimit(RLIMIT_NOFILE, &rl) == 0 ? std::min<rlim_t>(rl.rlim_cur, 1u << 20) : 4096;
+    for (rlim_t fd = 3; fd < top; ++fd) ::fcntl(static_cast<int>(fd), F_SETFD, FD_CLOEXEC);
+  }
   for (std::size_t i = 0; i < fds.size(); ++i)
     if (::dup2(tmp[i], fds[i].first) < 0) return false;
   return true;

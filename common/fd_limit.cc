@@ -2,20 +2,14 @@
 
 #include <sys/resource.h>
 
-#include <fstream>
+#include <algorithm>
 
 namespace elasticrun {
 
 std::uint64_t raise_open_file_limit() {
   rlimit rl{};
   if (::getrlimit(RLIMIT_NOFILE, &rl) != 0) return 0;
-  rlim_t want = rl.rlim_max;
-  if (want == RLIM_INFINITY) {
-    // setrlimit refuses more than fs.nr_open.
-    std::uint64_t nr_open = 1u << 20;
-    std::ifstream("/proc/sys/fs/nr_open") >> nr_open;
-    want = static_cast<rlim_t>(nr_open);
-  }
+  rlim_t want = std::min<rlim_t>(rl.rlim_max, kMaxOpenFiles);  // RLIM_INFINITY is the largest value
   if (want > rl.rlim_cur) {
     rlimit raised{want, rl.rlim_max};
     if (::setrlimit(RLIMIT_NOFILE, &raised) == 0) rl.rlim_cur = want;

@@ -151,10 +151,10 @@ void ForkServer::handle(const Frame& f) {
       case fork::kStarted: {
         auto m = fork::parse<fork::Started>(f);
         // The pid is signalled as a process group (kill(-pid)): 1 would be every process
-        // the daemon may signal; ours or the server's would be the daemon's own group or the
-        // server's. None of them can be a worker the server forked.
-        if (m.pid < 2 || m.pid > INT_MAX || static_cast<int>(m.pid) == ::getpid() ||
-            (child_ && static_cast<int>(m.pid) == child_->pid()))
+        // the daemon may signal; the daemon's pid or group (a local daemon shares the
+        // driver's) or the server's would reach them. None can be a worker the server forked.
+        const int pid = m.pid > INT_MAX ? 0 : static_cast<int>(m.pid);
+        if (pid < 2 || pid == ::getpid() || pid == ::getpgrp() || (child_ && pid == child_->pid()))
           throw wire::DecodeError(fmt::format("a worker's pid cannot be {}", m.pid));
         if (ev_.on_started) ev_.on_started(m.id, static_cast<int>(m.pid));
         return;

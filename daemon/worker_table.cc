@@ -111,8 +111,10 @@ void WorkerTable::maybe_finish(int pid) {
   asio::post(io_, [d = std::shared_ptr<Worker>(std::move(done))] {});
 }
 
-// 500 ms of reading after the worker's exit (of time its output was read: not while held),
-// then whatever still holds its pipes, which belongs to the dead worker, is killed.
+// 500 ms after the worker's exit, whatever still holds its pipes, which belongs to the
+// dead worker, is killed. What it wrote is still read to the end, unless reading is held
+// then: the pipes are given up at the first check that finds them not held (a holder in
+// another group would keep them open for ever).
 void WorkerTable::wait_for_drain(int pid) {
   Worker& w = *workers_.at(pid);
   w.drain_timer->expires_after(std::chrono::milliseconds(500));
@@ -120,8 +122,8 @@ void WorkerTable::wait_for_drain(int pid) {
     if (ec) return;
     auto i = workers_.find(pid);
     if (i == workers_.end()) return;
-    if (i->second->held[0] || i->second->held[1]) return wait_for_drain(pid);
     i->second->signal_group(SIGKILL);
+    if (i->second->held[0] || i->second->held[1]) return wait_for_drain(pid);
     i->second->open_pipes = 0;
     maybe_finish(pid);
   });

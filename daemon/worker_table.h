@@ -7,8 +7,8 @@
 // The report waits until both pipes reached end of file, or 500 ms after the exit if
 // something the worker started still holds them: that is then killed with the
 // worker's process group. While WorkerEvents::hold_output says so, the pipes are not
-// read (a worker that writes blocks once its pipe is full) and that wait does not run
-// out.
+// read (a worker that writes blocks once its pipe is full), and they are not given up
+// until reading goes on.
 //
 // No orphans: what a worker leaves running in its process group when it exits (a
 // helper it started with its output sent elsewhere, so that no pipe shows it) gets

@@ -240,7 +240,7 @@ cmd = ["sleep", "60"] if rank0 else ["sh", "-c", "trap '' TERM; exec sleep 60"]
 h = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 print("helper", h.pid, flush=True)
 if rank0:
-    time.sleep(6)
+    time.sleep(10)
 """
 
 
@@ -259,14 +259,14 @@ def test_what_a_worker_leaves_running_is_stopped_with_it(job, preload):
             if 1 in helpers:
                 break
         assert 1 in helpers, f"no helper from rank 1: {helpers}"
-        # 2 s of grace from rank 1's exit, and some slack for this busy machine.
-        deadline = time.monotonic() + 3.5
+        # 2 s of grace from rank 1's exit, and slack for a busy machine (rank 0 runs 10 s).
+        deadline = time.monotonic() + 6
         while helpers[1] in our_processes(job.tag) and time.monotonic() < deadline:
             time.sleep(0.05)
         assert helpers[1] not in our_processes(job.tag), "rank 1's helper outlived the SIGKILL"
         assert p.poll() is None, "the job ended first: this did not test a job that goes on"
-        rest, err = p.communicate(timeout=30)
-        assert p.returncode == 0, err
+        rest = p.stdout.read()  # what the loop above read ahead is there, not in communicate()'s
+        assert p.wait(timeout=30) == 0, p.stderr.read()
         helpers.update({int(r): int(h) for r, h in re.findall(r"\[(\d)\]<stdout>: helper (\d+)", rest)})
         assert 0 in helpers, rest
         assert helpers[0] not in our_processes(job.tag), "rank 0's helper outlived the job"
@@ -277,17 +277,22 @@ def test_what_a_worker_leaves_running_is_stopped_with_it(job, preload):
 
 
 def test_a_low_open_file_limit_is_raised_to_the_hard_one(job):
-    """Started under a soft limit of 16 open files (hard 4096), the driver raises its own
-    to the hard limit, as the daemon does, and the workers inherit it: 8 workers' rendezvous
-    connections and the daemon's pipes need more than 16 descriptors in the driver."""
+    """Started under a soft limit of 16 open files (hard 4096, or less where this
+    process may not have that), the driver raises its own to the hard limit, as the daemon
+    does, and the workers inherit it: 8 workers' rendezvous connections and the daemon's
+    pipes need more than 16 descriptors in the driver."""
     import resource
 
+    hard = min(4096, resource.getrlimit(resource.RLIMIT_NOFILE)[1])
+    if hard < 256:
+        pytest.skip(f"this process's hard limit on open files is {hard}")
+
     def low():
-        resource.setrlimit(resource.RLIMIT_NOFILE, (16, 4096))
+        resource.setrlimit(resource.RLIMIT_NOFILE, (16, hard))
 
     r = job.run(["-np", 8, "sh", "-c", f'echo "nofile $(ulimit -Sn)"; exec {TESTPROG} --init'], preexec_fn=low)
     assert r.returncode == 0, r.stderr
-    assert sorted(re.findall(r"<stdout>: nofile (\d+)", r.stdout)) == ["4096"] * 8, r.stdout
+    assert sorted(re.findall(r"<stdout>: nofile (\d+)", r.stdout)) == [str(hard)] * 8, r.stdout
 
 
 def test_a_daemon_stops_reading_output_it_cannot_send_yet(job):
