@@ -6,7 +6,7 @@
 namespace elasticrun {
 
 // Raises this process's soft limit on open files to its hard limit, at most
-// kMaxOpenFiles, as Open MPI's launcher does, and returns the soft limit in force after.
+// kMaxOpenFiles, and returns the soft limit in force after.
 // The driver holds a connection for each worker and a daemon pipes for each of its
 // workers, so Debian's usual soft limit (1024) would stop a job of a thousand workers;
 // the hard limit is what the administrator allows. Children inherit the raised limit,
