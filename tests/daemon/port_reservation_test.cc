@@ -11,7 +11,6 @@
 
 #include <cerrno>
 #include <cstring>
-#include <set>
 
 namespace ed = elasticrun::daemon;
 
@@ -47,14 +46,17 @@ TEST(PortReservation, HeldFromPlainBindsButOpenToAListenerThatReusesIt) {
   EXPECT_EQ(try_bind(*port, false), 0);
 }
 
+// A renewal's port differs from the one it replaces (the old one is held while the
+// kernel picks the new one), and the old one is then free. Ports from earlier renewals
+// may come back: the kernel picks at random among the free ones, so 20 renewals repeat
+// one about 2% of the time, which is fine and not asserted.
 TEST(PortReservation, EachRenewalIsANewPortAndFreesTheOldOne) {
   ed::PortReservation r;
-  std::set<std::uint16_t> seen;
   std::uint16_t last = 0;
   for (int i = 0; i < 20; ++i) {
     auto port = r.renew();
     ASSERT_TRUE(port) << port.error();
-    EXPECT_TRUE(seen.insert(*port).second) << "port " << *port << " given twice";
+    EXPECT_NE(*port, last) << "renewal " << i << " gave the port it replaces";
     if (last) EXPECT_EQ(try_bind(last, false), 0) << "the previous port " << last << " is still held";
     last = *port;
   }
