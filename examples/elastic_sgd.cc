@@ -60,6 +60,7 @@ struct Options {
   std::int64_t fail_at_step = -1;
   int fail_rank = 0;
   int fail_signal = 0;  // 0: exit(1)
+  bool fail_in_commit = false;  // at step S's commit, after its allreduce, not before the step
 };
 
 struct CommitLog {
@@ -77,7 +78,7 @@ struct Model {
 const char* kUsage =
     "usage: elastic_sgd [--steps N] [--dim D] [--batch B] [--commit-every K] [--seed S]\n"
     "                   [--step-ms M] [--reference] [--progress-file F] [--report]\n"
-    "                   [--fail-at-step S --fail-rank R [--fail-signal SIG]]\n";
+    "                   [--fail-at-step S --fail-rank R [--fail-signal SIG] [--fail-in-commit]]\n";
 
 [[noreturn]] void usage_error(const std::string& why) {
   std::fprintf(stderr, "elastic_sgd: %s\n%s", why.c_str(), kUsage);
@@ -98,6 +99,7 @@ Options parse(int argc, char** argv) {
     std::string f = argv[i];
     if (f == "--reference") { o.reference = true; continue; }
     if (f == "--report") { o.report = true; continue; }
+    if (f == "--fail-in-commit") { o.fail_in_commit = true; continue; }
     if (f == "--help" || f == "-h") { std::fputs(kUsage, stdout); std::exit(0); }
     if (i + 1 >= argc) usage_error("unknown flag or missing value: " + f);
     const char* v = argv[++i];
@@ -215,8 +217,11 @@ void report_commit(const Options& o, const Model& m, const elasticrun::Topology&
 }
 
 // Test hook: dies at one step on one rank, only in the job's first epoch, so the
-// replacement worker (or this rank's successor) gets past that step.
-void maybe_fail(const Options& o, const Model& m, const elasticrun::Topology& t) {
+// replacement worker (or this rank's successor) gets past that step. With
+// --fail-in-commit it dies once step S is done, just before committing it: the other
+// ranks' commit() takes its snapshot and then fails in its closing allreduce.
+void maybe_fail(const Options& o, const Model& m, const elasticrun::Topology& t, bool at_commit) {
+  if (at_commit != o.fail_in_commit) return;
   if (m.step != o.fail_at_step || t.rank != o.fail_rank || t.epoch != 1) return;
   std::fprintf(stderr, "elastic_sgd: injected failure at step %lld on rank %d\n", static_cast<long long>(m.step),
                t.rank);
@@ -225,15 +230,15 @@ void maybe_fail(const Options& o, const Model& m, const elasticrun::Topology& t)
   std::_Exit(1);
 }
 
-// One pass of the elastic loop: train from the synced state to the end. Commit
-// errors (HostsUpdated) leave after the commit was taken, so it is reported first.
+// One pass of the elastic loop: train from the synced state to the end. An error out
+// of commit() after its snapshot was taken leaves a commit that stands: reported first.
 void train(const Options& o, Model& m, elasticrun::State& st) {
   elasticrun::Context& ctx = st.context();
   std::vector<std::int64_t> wstar(o.dim), x(o.dim), grad(o.dim);
   for (int j = 0; j < o.dim; ++j) wstar[j] = true_weight(o, j);
   while (m.step < o.steps) {
     const elasticrun::Topology& t = ctx.topology();  // re-read: rejoin() replaces it
-    maybe_fail(o, m, t);
+    maybe_fail(o, m, t, false);
     if (o.step_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(o.step_ms));
     ++m.begun;  // tracked state changes before the collective: a failure in it must be rolled back
     local_gradient(o, m, t.rank, t.size, wstar, x, grad);
@@ -242,10 +247,15 @@ void train(const Options& o, Model& m, elasticrun::State& st) {
     ++m.step;
     if (!commit_due(o, m.step)) continue;
     record_commit(m);
+    maybe_fail(o, m, t, true);
+    // commit() takes the snapshot first and then shares the host-update flag in a small
+    // allreduce, which can also fail (a peer died at this step). Either way the commit
+    // stands (the next epoch may sync from it), so it is reported before leaving.
+    const std::uint64_t before = st.commits();
     try {
       st.commit();
-    } catch (const elasticrun::HostsUpdated&) {
-      report_commit(o, m, t);
+    } catch (...) {
+      if (st.commits() != before) report_commit(o, m, t);
       throw;
     }
     report_commit(o, m, t);

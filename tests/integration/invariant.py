@@ -21,9 +21,10 @@ def check_commits(out, steps, min_epoch=1):
       while another rank's commit of N was cut short; that rank restores N - commit_every,
       and as the next epoch's rank 0 it trains and reports N again. Lower never is: rank 0
       reports N after its commit of N completed, when every rank had taken the snapshot of
-      N, or after leaving at that commit, when every rank had at least completed the commit
-      before it (step N's allreduce needed them all); no rank is rolled back further, so
-      the next epoch's first commit is of N or later.
+      N, or after leaving at that commit (hosts updated, or its closing allreduce failed
+      because a peer died), when every rank had at least completed the commit before it
+      (step N's allreduce needed them all); no rank is rolled back further, so the next
+      epoch's first commit is of N or later.
     Then the last report is of step `steps` (the job trained to the end), and in epoch
     `min_epoch` or later: the resets the test caused happened, and rank 0 committed after
     them. The assertion messages show the whole sequence."""

@@ -60,7 +60,7 @@ def check(r_out, r_err, code, n_final, want, min_epoch=1):
     got = finals(r_out)
     assert len(got) == n_final, r_out[-3000:]
     assert all(g == want for g in got), (got, want)
-    check_commits(r_out, int(re.search(r"\bstep=(\d+)", want).group(1)), min_epoch)
+    return check_commits(r_out, int(re.search(r"\bstep=(\d+)", want).group(1)), min_epoch)
 
 
 HOSTS = "localhost:1,127.0.0.2:1,127.0.0.3:1,127.0.0.4:1"
@@ -85,6 +85,20 @@ def test_injected_failure_keeps_the_invariant(job, tmp_path, fail_rank, step):
     events = job.events(ev)
     assert [e["size"] for e in epochs(events)] == [4, 3]
     assert recovery_seconds(events, 2) < 2.0
+
+
+def test_a_commit_whose_closing_allreduce_failed_is_reported(job):
+    """Rank 1 dies once step 20 (the last) is done, before its commit: rank 0's commit()
+    takes the snapshot of 20 and then fails in its host-update allreduce. That commit
+    stands (the next epoch syncs from it and has nothing left to train), so rank 0 must
+    report it: the commit log then reaches step 20. A CI run once ended with the log at
+    the commit before, and the schedule's check called the progress lost."""
+    args = ["--steps", 20, "--dim", 32, "--batch", 16, "--commit-every", 10]
+    r = job.run(["-np", 2, "--min-np", 1, "-H", "localhost:1,127.0.0.2:1", SGD, *args,
+                 "--fail-at-step", 20, "--fail-rank", 1, "--fail-in-commit", "--fail-signal", 9])
+    assert "elastic_sgd: injected failure at step 20 on rank 1" in r.stderr, r.stderr[-3000:]
+    seq = check(r.stdout, r.stderr, r.returncode, 1, reference(args))
+    assert seq[-1][2] == 1, seq  # the report of the interrupted commit, from epoch 1
 
 
 def test_random_sigkills_keep_the_invariant(job, tmp_path):
