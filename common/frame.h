@@ -38,6 +38,8 @@ wire::Bytes encode_frame(const Frame& f);
 class FrameParser {
  public:
   explicit FrameParser(std::uint32_t max_payload = kMaxFramePayload) : max_(max_payload) {}
+  // From now on, also for a frame whose header has arrived and whose payload has not.
+  void set_max_payload(std::uint32_t max_payload) { max_ = max_payload; }
   // Returns an error once the stream is known to be bad; the connection must close.
   Result<void> feed(std::span<const std::uint8_t> data);
   bool has_frame() const { return !ready_.empty(); }

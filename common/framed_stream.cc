@@ -149,6 +149,8 @@ void FramedStream::start() {
 
 void FramedStream::send(const Frame& f) { impl_->send(f); }
 
+void FramedStream::set_max_payload(std::uint32_t max_payload) { impl_->parser.set_max_payload(max_payload); }
+
 void FramedStream::stop_reading() { impl_->reading = false; }
 
 void FramedStream::close() { impl_->close(); }

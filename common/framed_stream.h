@@ -64,6 +64,8 @@ class FramedStream {
   // Starts reading.
   void start();
   void send(const Frame& f);
+  // The largest payload accepted from now on (a larger one ends reading as bad_stream).
+  void set_max_payload(std::uint32_t max_payload);
   // Reads no more: frames already received and not yet handed over are dropped.
   void stop_reading();
   // Closes the descriptors (shutting a socket down first, so that the peer sees the end

@@ -7,11 +7,17 @@
 #include "common/auth.h"
 #include "common/messages.h"
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
 
 namespace elasticrun::handshake {
+
+// The largest frame a server takes from a peer that has not proved the secret yet: an
+// Auth frame is a role and two 32-byte values. An unproven peer cannot make a server
+// buffer more than this per connection (16 MiB otherwise, until the handshake timeout).
+inline constexpr std::uint32_t kMaxPayload = 1024;
 
 class Server {
  public:

@@ -23,8 +23,6 @@ using asio::ip::tcp;
 
 namespace {
 
-// An Auth frame is a role and two 32-byte values; nothing before auth needs more.
-constexpr std::uint32_t kHandshakeMaxPayload = 1024;
 constexpr std::string_view kRole = "driver";
 
 }  // namespace
@@ -34,7 +32,7 @@ class Listener::Handshake : public std::enable_shared_from_this<Handshake> {
  public:
   Handshake(Listener& listener, tcp::socket socket, std::shared_ptr<std::size_t> count)
       : listener_(listener), hs_(listener.options_.secret), socket_(std::move(socket)), timer_(socket_.get_executor()),
-        parser_(kHandshakeMaxPayload), count_(std::move(count)) {
+        parser_(handshake::kMaxPayload), count_(std::move(count)) {
     ++*count_;
     boost::system::error_code ec;
     auto ep = socket_.remote_endpoint(ec);

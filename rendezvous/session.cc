@@ -23,7 +23,8 @@ std::string tune(asio::ip::tcp::socket& socket, std::chrono::milliseconds keep_a
 }
 
 // Not zero-filled, and small: thousands of sessions would each touch the whole buffer.
-constexpr FramedStream::Options kStreamOptions{kMaxFramePayload, 4096};
+// Until the peer proves the secret, frames are as small as an Auth frame.
+constexpr FramedStream::Options kStreamOptions{handshake::kMaxPayload, 4096};
 
 }  // namespace
 
@@ -68,6 +69,7 @@ void Session::handle_auth(const Frame& f) {
     return;
   }
   send(*ok);
+  stream_.set_max_payload(kMaxFramePayload);
   phase_ = Phase::join;
 }
 

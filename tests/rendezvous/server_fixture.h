@@ -44,7 +44,7 @@ class RendezvousTest : public ::testing::Test {
         if (on_report_) on_report_(std::move(answer));
       };
     rendezvous::ServerLimits limits;
-    limits.handshake_timeout = std::chrono::milliseconds(500);
+    limits.handshake_timeout = handshake_timeout_;
     limits.worker_timeout = worker_timeout_;
     server_ = std::make_unique<rendezvous::Server>(io_, secret_, asio::ip::tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0),
                                                    cb, limits);
@@ -107,6 +107,7 @@ class RendezvousTest : public ::testing::Test {
   std::unique_ptr<asio::executor_work_guard<asio::io_context::executor_type>> guard_;
   std::thread thread_;
   std::string addr_;
+  std::chrono::milliseconds handshake_timeout_{500};
   std::vector<int> lost_ranks_;
   std::vector<std::uint64_t> lost_started_;
   // Reports the driver was handed (on the io thread: read them through on_io), and what

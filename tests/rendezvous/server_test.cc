@@ -77,6 +77,29 @@ TEST_F(RendezvousTest, GarbageAndOversizedFramesCloseOnlyThatConnection) {
   EXPECT_EQ(good->get("still", Clock::now() + std::chrono::seconds(2)), (collective::Bytes{9}));
 }
 
+// Before the secret is proved, a frame may be as large as an Auth frame: a peer that
+// announces more is closed at once, not buffered until the handshake timeout (here
+// longer than the test). After the handshake, frames up to kMaxFramePayload pass.
+class LongHandshakeTest : public RendezvousTest {
+ protected:
+  LongHandshakeTest() { handshake_timeout_ = std::chrono::seconds(60); }
+};
+
+TEST_F(LongHandshakeTest, AnUnprovenPeerCannotAnnounceALargeFrame) {
+  int fd = raw_connect();
+  char hello[256];
+  ASSERT_GT(::read(fd, hello, sizeof hello), 0);
+  auto h = encode_header(msg::kAuth, handshake::kMaxPayload + 1);
+  ASSERT_EQ(::write(fd, h.data(), h.size()), static_cast<ssize_t>(h.size()));
+  EXPECT_TRUE(closed_by_peer(fd, 5000)) << "a frame header above the handshake limit was not refused";
+  ::close(fd);
+  // A proven worker's frames are not held to that limit.
+  auto w = join("h0", 0);
+  collective::Bytes value(256 << 10, 7);
+  w->set("big", value);
+  EXPECT_EQ(w->get("big", Clock::now() + std::chrono::seconds(5)), value);
+}
+
 TEST_F(RendezvousTest, MalformedFrameAfterJoinClosesThatWorker) {
   int fd = raw_connect();
   // A well-framed but undecodable auth message.
