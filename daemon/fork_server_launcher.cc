@@ -73,6 +73,16 @@ class ForkServerLauncher final : public Launcher {
     for (auto& [id, p] : pending_) p.signals.push_back(sig);
     drop_store();
   }
+  // A server still importing may take up to kReadyLimit: a stopping daemon does not
+  // wait for it to fork workers that would only be killed.
+  void abandon_starting() override {
+    auto waiting = std::move(pending_);
+    pending_.clear();
+    for (auto& [id, p] : waiting) {
+      unwanted_.insert(id);
+      p.on_started(fail("stopped before it started"));
+    }
+  }
   void resume_output() override {
     plain_->resume_output();
     table_.resume_output();
@@ -126,8 +136,9 @@ class ForkServerLauncher final : public Launcher {
   std::vector<std::string> server_env_;  // what it started with, for the store's request
   std::string server_cwd_;
   std::optional<Store> store_;
-  // Stores ended before the server said their pid: killed when it does.
-  std::set<std::uint64_t> dropped_stores_;
+  // Requests no longer wanted (stores ended, workers abandoned) before the server said
+  // their pid: killed when it does.
+  std::set<std::uint64_t> unwanted_;
   asio::steady_timer timer_;
   std::shared_ptr<int> alive_ = std::make_shared<int>(0);  // for the timer's handler
 };
@@ -168,7 +179,7 @@ ForkServerLauncher::Store ForkServerLauncher::end_store() {
   store_.reset();
   timer_.cancel();
   if (s.pid > 0) ::kill(-s.pid, SIGKILL);
-  else dropped_stores_.insert(s.id);
+  else unwanted_.insert(s.id);
   return s;
 }
 
@@ -273,7 +284,7 @@ void ForkServerLauncher::started(std::uint64_t id, int pid) {
     store_->pid = pid;
     return poll_store();
   }
-  if (dropped_stores_.erase(id)) {
+  if (unwanted_.erase(id)) {
     ::kill(-pid, SIGKILL);
     return;
   }
@@ -289,7 +300,7 @@ void ForkServerLauncher::started(std::uint64_t id, int pid) {
 // A worker the server would not reproduce exactly (fork_server.py says why): exec'd.
 void ForkServerLauncher::refused(std::uint64_t id, const std::string& why) {
   if (store_ && store_->id == id) return store_failed("the fork server refused it: " + why);
-  if (dropped_stores_.erase(id)) return;
+  if (unwanted_.erase(id)) return;
   auto it = pending_.find(id);
   if (it == pending_.end()) return;
   Pending p = std::move(it->second);

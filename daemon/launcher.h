@@ -57,6 +57,9 @@ class Launcher {
   // has started); unknown slots are ignored.
   virtual void signal(std::uint32_t slot, int sig) = 0;
   virtual void signal_all(int sig) = 0;
+  // Gives up the workers still starting (a fork server has not forked them yet): each
+  // one's on_started gets an error now, and one started later is killed at once.
+  virtual void abandon_starting() {}
   // Reads the output that WorkerEvents::hold_output stopped again.
   virtual void resume_output() = 0;
   // Workers starting or started whose end was not reported yet, and the process groups

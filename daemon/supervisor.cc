@@ -306,7 +306,10 @@ void Supervisor::stop(std::chrono::milliseconds grace, int exit_code) {
   launcher_->signal_all(SIGTERM);
   kill_timer_.expires_after(grace);
   kill_timer_.async_wait([this](boost::system::error_code ec) {
-    if (!ec) launcher_->signal_all(SIGKILL);
+    if (ec) return;
+    launcher_->signal_all(SIGKILL);
+    launcher_->abandon_starting();
+    finish_if_idle();
   });
   finish_if_idle();
 }

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, our_processes
+from test_daemon import Daemon, through
 from test_torchrun import DDP, PYTHON, Streamed, final, lines, needs_torch, starts
 
 # What a worker reports about itself, as a module (script and -m) or imported by -c code.
@@ -269,6 +270,17 @@ def test_a_fork_server_killed_mid_job_fails_its_workers_and_later_ones_are_exec_
     assert len(second) == 2 and all(int(parent) == daemon for parent, _ in second), out  # exec'd by the daemon
 
 
+def fork_server_of(job):
+    """The pid of the job's fork server, or None while there is none."""
+    for pid in our_processes(job.tag):
+        try:
+            if b"elasticrund's fork server" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                return pid
+        except OSError:  # gone meanwhile
+            pass
+    return None
+
+
 def test_a_worker_signalled_while_the_server_imports_gets_the_signal_once_forked(job, tmp_path):
     """The driver is interrupted while the fork server still imports (2 s): the daemon's
     SIGTERM to the workers waits for their fork, and they end at once, as workers that
@@ -278,8 +290,7 @@ def test_a_worker_signalled_while_the_server_imports_gets_the_signal_once_forked
     code = "import subprocess, time; subprocess.Popen(['sleep', '60']); time.sleep(60)"
     p = job.start(["--preload", "slow_import", "-np", 2, PYTHON, "-c", code], cwd=tmp_path)
     deadline = time.monotonic() + 30
-    while not any(b"elasticrund's fork server" in Path(f"/proc/{pid}/cmdline").read_bytes()
-                  for pid in our_processes(job.tag) if Path(f"/proc/{pid}").exists()):
+    while not fork_server_of(job):
         assert time.monotonic() < deadline and p.poll() is None
         time.sleep(0.02)
     interrupted = time.monotonic()
@@ -287,6 +298,34 @@ def test_a_worker_signalled_while_the_server_imports_gets_the_signal_once_forked
     _, err = p.communicate(timeout=60)
     assert time.monotonic() - interrupted < 6, err  # the import's 2 s, then at once
     assert "fork server" not in err, err
+
+
+def test_a_stopping_job_does_not_wait_for_a_fork_server_still_importing(job, tmp_path):
+    """On a listening daemon (systemd's), whose job process outlives its driver unless it
+    ends by itself: the driver is stopped while the fork server imports for a minute
+    (kReadyLimit allows one). After the stop grace (2 s) the job process gives up the
+    workers not forked yet and ends, and its fork server dies with it (the fixture finds
+    any process left), instead of staying for the import."""
+    (tmp_path / "slow_import.py").write_text("import time\ntime.sleep(55)\n")
+    daemon = Daemon(tmp_path, job.tag).start()
+    try:
+        p = job.start([*through(daemon), "--preload", "slow_import", "-np", 2, PYTHON, "-c", "print('never')"],
+                      cwd=tmp_path)
+        deadline = time.monotonic() + 30
+        while not fork_server_of(job):
+            assert time.monotonic() < deadline and p.poll() is None, daemon.text()
+            time.sleep(0.02)
+        job_pid = int(daemon.wait_log(r"started as process (\d+)").group(1))
+        interrupted = time.monotonic()
+        p.send_signal(signal.SIGTERM)
+        out, err = p.communicate(timeout=30)
+        assert "never" not in out and p.returncode != 0, out + err
+        daemon.wait_log(rf"\(process {job_pid}\) ended", timeout=70)
+        took = time.monotonic() - interrupted
+        assert took < 15, f"the job process waited {took:.1f} s for the import:\n{daemon.text()}"
+    finally:
+        daemon.stop()
+    assert daemon.proc.returncode == 0, daemon.text()
 
 
 def test_stopping_a_job_stops_what_its_forked_workers_started(job, tmp_path):
