@@ -122,7 +122,10 @@ void WorkerTable::wait_for_drain(int pid) {
     if (ec) return;
     auto i = workers_.find(pid);
     if (i == workers_.end()) return;
-    i->second->signal_group(SIGKILL);
+    // Once: nothing in the group survives it, and a later signal to -pid could reach a
+    // stranger's group once this one has emptied (see stop_leftovers).
+    if (!i->second->drain_killed) i->second->signal_group(SIGKILL);
+    i->second->drain_killed = true;
     if (i->second->held[0] || i->second->held[1]) return wait_for_drain(pid);
     i->second->open_pipes = 0;
     maybe_finish(pid);

@@ -74,6 +74,7 @@ class WorkerTable {
     bool exited = false;
     int code = 0, sig = 0;
     std::unique_ptr<boost::asio::steady_timer> drain_timer;
+    bool drain_killed = false;  // its group got the drain timer's SIGKILL (once is enough)
 
     void signal_group(int s) const;
   };
