@@ -39,10 +39,18 @@ def trials(exp):
     return out
 
 
+def checkpointed(exp, k):
+    """Whether trial k's rank 0 has written its checkpoint. trial_objective reports first
+    and writes the checkpoint after: a trial stopped between the two starts again from
+    step 0, and reports its first step twice."""
+    return (exp / "trials" / k / "checkpoint" / "checkpoint.json").exists()
+
+
 def wait_for_reports(exp, ids, timeout=60):
-    """Until every trial named has reported once."""
+    """Until every trial named has reported once and checkpointed after it."""
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and not all((exp / "trials" / k / "results.jsonl").exists() for k in ids):
+    while time.monotonic() < deadline and not all(
+            (exp / "trials" / k / "results.jsonl").exists() and checkpointed(exp, k) for k in ids):
         time.sleep(0.05)
 
 
@@ -352,7 +360,7 @@ def test_a_host_whose_daemon_is_lost_leaves_the_pool(job, tmp_path):
     while victim is None and time.monotonic() < deadline:
         for k in ("0000", "0001"):
             ev = read_jsonl(exp / "trials" / k / "events.jsonl")
-            if any(e["event"] == "report" for e in ev):
+            if any(e["event"] == "report" for e in ev) and checkpointed(exp, k):
                 w = [e for e in ev if e["event"] == "worker_started" and e["host"] == "127.0.0.2"]
                 if w:
                     victim = (k, w[0]["pid"])

@@ -98,10 +98,15 @@ def test_hosts_added_then_removed(job, tmp_path):
     workers_of(job, "elastic_numpy.py", 2)
     time.sleep(0.8)
     hosts.write_text("localhost:1\n127.0.0.2:1\n127.0.0.3:2\n")
-    workers_of(job, "elastic_numpy.py", 3)
-    time.sleep(1.0)
+    # Shrinks once rank 0 has committed at size 4 (a fixed wait was once too short).
+    seen = []
+    for line in p.stdout:
+        seen.append(line)
+        if "committed step" in line and " size 4 " in line:
+            break
     hosts.write_text("localhost:1\n127.0.0.3:2\n")
     out, err = p.communicate(timeout=120)
+    out = "".join(seen) + out
     check(out, err, p.returncode, 3, 200, min_epoch=3)
     sizes = [int(l.split("size ")[1].split()[0]) for l in out.splitlines() if "committed step" in l]
     assert sizes[0] == 2 and 4 in sizes and sizes[-1] == 3, sizes
