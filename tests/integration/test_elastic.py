@@ -147,8 +147,9 @@ def test_stopped_daemon_is_taken_for_gone_after_host_timeout(job, tmp_path):
     finally:
         os.kill(daemon, signal.SIGCONT)
     # 2 s of silence, noticed at the driver's next heartbeat tick (every 0.5 s), with
-    # slack for a loaded machine; the stop came right after a heartbeat at the earliest.
-    assert 1.4 < detected < 5, f"detected after {detected:.2f} s"
+    # slack for a loaded machine; the stop came right after a heartbeat at the earliest
+    # (0.5 s after the one before it, later when a loaded machine delayed that one).
+    assert 1.2 < detected < 5, f"detected after {detected:.2f} s"
     assert gone_within(job, child), "the continued daemon left its worker running"
     out, err = p.communicate(timeout=60)
     assert p.returncode == 0, err

@@ -29,9 +29,10 @@ def test_sigstopped_worker_is_failed_within_the_worker_timeout(job, tmp_path):
     stopped = time.monotonic()
     wait_for_event(job, ev, "host_blacklisted", host="127.0.0.2", timeout=15)
     detected = time.monotonic() - stopped
-    # Its last beat came at most one interval (0.4 s) before the stop; the silence is
-    # found within a liveness tick (0.1 s) of the timeout; slack for a loaded machine.
-    assert 1.5 < detected < 3.5, f"failed {detected:.2f} s after SIGSTOP"
+    # Its last beat came one interval (0.4 s) before the stop or less, unless a loaded
+    # machine delayed the beats before it (slack below); the silence is found within a
+    # liveness tick (0.1 s) of the timeout; slack above for a loaded machine.
+    assert 1.2 < detected < 3.5, f"failed {detected:.2f} s after SIGSTOP"
     assert gone_within(job, victim), "the stopped worker was not killed"
     out, err = p.communicate(timeout=60)
     check(out, err, p.returncode, 2, reference(), min_epoch=2)

@@ -5,10 +5,11 @@ collectives), the refusals (non-contiguous, element types, devices, layouts, ops
 subgroups, ranks that are not elasticrun's), DistributedDataParallel over it against DDP
 over Gloo (several buckets, unused parameters, the fp16 and PowerSGD communication
 hooks, a hook whose callback waits for a collective of its own), and a worker SIGKILLed
-inside a DDP allreduce, whose peers' backward() must raise within the library's bound."""
+inside a DDP allreduce, whose peers' backward() must raise within the library's bound.
+torch's env:// store (the Gloo group's) is where elasticrun's MASTER_ADDR and MASTER_PORT
+say, the port the daemon reserved: a port picked here and let go could be taken first."""
 import os
 import re
-import socket
 import subprocess
 
 import pytest
@@ -22,14 +23,6 @@ pytestmark = pytest.mark.skipif(not list((BUILD / "python" / "elasticrun").glob(
                                 reason="the elasticrun backend was not built (no libtorch-dev at meson setup)")
 
 
-def master():
-    """-x arguments for torch's env:// store on a free port of this machine."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    return ["-x", "MASTER_ADDR=127.0.0.1", "-x", f"MASTER_PORT={port}"]
-
-
 def check_ok(r, tag, n, minimum):
     """Exit 0, and `tag: OK <k> checks` from each of the n ranks with k >= minimum (a
     worker that stopped checking fails)."""
@@ -40,19 +33,19 @@ def check_ok(r, tag, n, minimum):
 
 @pytest.mark.parametrize("np", [2, 3])
 def test_ops_match_gloo(job, np):
-    r = run_python(job, ["-np", np, *master()], CHECKS, "ops", timeout=240)
+    r = run_python(job, ["-np", np], CHECKS, "ops", timeout=240)
     check_ok(r, "c10d_checks ops", np, 520)
 
 
 def test_refusals_are_clear_errors(job):
-    r = run_python(job, ["-np", 2, *master()], CHECKS, "errors", timeout=120)
+    r = run_python(job, ["-np", 2], CHECKS, "errors", timeout=120)
     check_ok(r, "c10d_checks errors", 2, 17)
 
 
 @pytest.mark.parametrize("mode,np", [("plain", 2), ("plain", 3), ("unused", 2), ("fp16hook", 2), ("powersgd", 3),
                                      ("waiting", 2)])
 def test_ddp_matches_gloo(job, mode, np):
-    r = run_python(job, ["-np", np, *master()], DDP, mode, timeout=120)
+    r = run_python(job, ["-np", np], DDP, mode, timeout=120)
     check_ok(r, f"c10d_ddp {mode}", np, 100)
 
 
@@ -63,7 +56,7 @@ def test_worker_killed_inside_ddp_allreduce(job, tmp_path):
     the process group's next op raises WorkersFailedError at once. Then the survivors
     re-join (epoch 2, two ranks): the old group refuses work, naming the epochs, and a new
     group (destroy_process_group, init_process_group over a FileStore) works."""
-    r = run_python(job, ["-H", "localhost:1,127.0.0.2:1,127.0.0.3:1", "--min-np", 1, *master()], DDP, "kill",
+    r = run_python(job, ["-H", "localhost:1,127.0.0.2:1,127.0.0.3:1", "--min-np", 1], DDP, "kill",
                    tmp_path, timeout=120)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     raised = re.findall(r"rank (\d) raised RuntimeError at step 3, ([\d.]+) s after the kill: elasticrun process "
