@@ -193,7 +193,7 @@ void EpochController::worker_exited(const std::string& host, const msg::Exited& 
   Place p{host, static_cast<int>(e.slot)};
   bool failure = e.code != 0 || e.signal != 0;
   auto report = [&](const Worker& w, bool removed) {
-    out_.push_back(command::CloseOutput{w.rank});
+    out_.push_back(command::CloseOutput{p});
     emit("worker_exited", {{"host", host}, {"slot", e.slot}, {"rank", w.rank}, {"pid", e.pid},
                            {"code", e.code}, {"signal", e.signal}, {"removed", removed}});
   };

@@ -106,8 +106,8 @@ struct StartEpoch {
 struct AbortEpoch {  // the current epoch is broken and no next one can start yet
   std::string reason;
 };
-struct CloseOutput {  // a rank's process ended: flush what it wrote
-  int rank = -1;
+struct CloseOutput {  // the process at `place` ended: flush what it wrote
+  Place place;
 };
 struct Say {  // one line for the user, on stderr
   std::string text;

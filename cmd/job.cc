@@ -156,7 +156,7 @@ DaemonEvents Job::daemon_events() {
   ev.on_output = [this](const std::string& host, const msg::Output& o) {
     auto rank = controller_.rank_at(host, o.slot);
     if (!rank || (o.stream != 1 && o.stream != 2)) return;
-    if (auto ok = output_.write(*rank, o.stream, o.data); !ok)
+    if (auto ok = output_.write({host, static_cast<int>(o.slot)}, *rank, o.stream, o.data); !ok)
       end_job(exit_code::kLaunchFailed, ok.error());
   };
   ev.on_exited = [this](const std::string& host, const msg::Exited& e) {

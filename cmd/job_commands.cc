@@ -62,7 +62,7 @@ void Job::carry_out(const Command& c) {
         } else if constexpr (std::is_same_v<T, command::AbortEpoch>) {
           server_->abort_epoch(x.reason);
         } else if constexpr (std::is_same_v<T, command::CloseOutput>) {
-          output_.finish(x.rank);
+          output_.finish(x.place);
         } else if constexpr (std::is_same_v<T, command::Say>) {
           fmt::print(stderr, "elasticrun: {}\n", x.text);
         } else if constexpr (std::is_same_v<T, command::Emit>) {
