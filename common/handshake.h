@@ -17,6 +17,8 @@ namespace elasticrun::handshake {
 // The largest frame a server takes from a peer that has not proved the secret yet: an
 // Auth frame is a role and two 32-byte values. An unproven peer cannot make a server
 // buffer more than this per connection (16 MiB otherwise, until the handshake timeout).
+// Clients must wait for AuthOk before sending more: a frame sent in the same read as the
+// Auth is still held to this limit.
 inline constexpr std::uint32_t kMaxPayload = 1024;
 
 class Server {

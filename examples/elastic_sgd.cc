@@ -116,6 +116,8 @@ Options parse(int argc, char** argv) {
     else usage_error("unknown flag: " + f);
   }
   if (o.dim > 1 << 20 || o.batch > 1 << 24) usage_error("--dim or --batch is too large");
+  if (o.fail_in_commit && o.fail_at_step % o.commit_every != 0 && o.fail_at_step != o.steps)
+    usage_error("--fail-in-commit needs a --fail-at-step that is a commit step");
   return o;
 }
 
@@ -250,7 +252,9 @@ void train(const Options& o, Model& m, elasticrun::State& st) {
     maybe_fail(o, m, t, true);
     // commit() takes the snapshot first and then shares the host-update flag in a small
     // allreduce, which can also fail (a peer died at this step). Either way the commit
-    // stands (the next epoch may sync from it), so it is reported before leaving.
+    // stands (the next epoch may sync from it), so it is reported before leaving: on
+    // stdout and in --progress-file, not to the driver (report() is collective; its
+    // events then lag this log by one commit).
     const std::uint64_t before = st.commits();
     try {
       st.commit();

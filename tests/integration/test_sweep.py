@@ -49,9 +49,11 @@ def checkpointed(exp, k):
 def wait_for_reports(exp, ids, timeout=60):
     """Until every trial named has reported once and checkpointed after it."""
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and not all(
-            (exp / "trials" / k / "results.jsonl").exists() and checkpointed(exp, k) for k in ids):
+    def ready(k):
+        return (exp / "trials" / k / "results.jsonl").exists() and checkpointed(exp, k)
+    while time.monotonic() < deadline and not all(ready(k) for k in ids):
         time.sleep(0.05)
+    assert all(ready(k) for k in ids), f"no report or checkpoint from trials {[k for k in ids if not ready(k)]}"
 
 
 def sweep_args(exp, sp, *extra, steps=30, every=5, step_ms=20):

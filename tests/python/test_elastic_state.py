@@ -6,6 +6,7 @@ back (check_commits) and the resets the test caused seen."""
 import os
 import signal
 import subprocess
+import threading
 import time
 
 from conftest import HERE, PYTHON, check_commits, discovery_script, run_python, start_python, workers_of
@@ -98,15 +99,22 @@ def test_hosts_added_then_removed(job, tmp_path):
     workers_of(job, "elastic_numpy.py", 2)
     time.sleep(0.8)
     hosts.write_text("localhost:1\n127.0.0.2:1\n127.0.0.3:2\n")
-    # Shrinks once rank 0 has committed at size 4 (a fixed wait was once too short).
-    seen = []
-    for line in p.stdout:
-        seen.append(line)
-        if "committed step" in line and " size 4 " in line:
-            break
+    # Shrinks once rank 0 has committed at size 4 (a fixed wait was once too short). Both
+    # pipes are drained meanwhile, so that neither can fill and stop the driver.
+    out_lines, err_lines = [], []
+    readers = [threading.Thread(target=lambda f=f, into=into: into.extend(f), daemon=True)
+               for f, into in ((p.stdout, out_lines), (p.stderr, err_lines))]
+    for t in readers:
+        t.start()
+    deadline = time.monotonic() + 60
+    while not any("committed step" in l and " size 4 " in l for l in list(out_lines)):
+        assert time.monotonic() < deadline and p.poll() is None, "".join(out_lines)[-3000:] + "".join(err_lines)[-3000:]
+        time.sleep(0.05)
     hosts.write_text("localhost:1\n127.0.0.3:2\n")
-    out, err = p.communicate(timeout=120)
-    out = "".join(seen) + out
+    p.wait(timeout=120)
+    for t in readers:
+        t.join(timeout=10)
+    out, err = "".join(out_lines), "".join(err_lines)
     check(out, err, p.returncode, 3, 200, min_epoch=3)
     sizes = [int(l.split("size ")[1].split()[0]) for l in out.splitlines() if "committed step" in l]
     assert sizes[0] == 2 and 4 in sizes and sizes[-1] == 3, sizes

@@ -16,7 +16,9 @@
 //   - commit() copies every tracked item into its snapshot, then asks every rank of the
 //     epoch whether the server announced new hosts; if any rank saw it, all ranks throw
 //     HostsUpdated at this same commit. Cost: one 4-byte allreduce per commit, plus a
-//     copy of the tracked bytes.
+//     copy of the tracked bytes. That allreduce can also fail (WorkersFailed,
+//     TimeoutError: a peer died at this step); the snapshot was taken before it, so the
+//     commit stands either way (commits() has counted it) and restore() returns to it.
 //   - restore() puts back the last snapshot. Snapshots are taken by commit(), by sync(),
 //     and by track() for the item it registers, so before the first commit restore()
 //     returns an item to its value at registration (or at the last sync()).
