@@ -76,7 +76,9 @@ class State:
 
     def commit(self):
         """Snapshots the state, then raises HostsUpdatedInterrupt on every rank if the
-        membership changed."""
+        membership changed. The check is a collective: it can also raise WorkersFailedError
+        (a peer died at this step), after the snapshot, so the commit stands either way
+        (`commits` has counted it) and restore() returns to it."""
         self.save()
         self.commits += 1
         if _core.checkpoint_due(self.commits):
