@@ -205,3 +205,14 @@ def test_silent_worker_is_failed_when_collectives_time_out_sooner(job, tmp_path)
     events, _ = run_with_silent_worker(job, tmp_path, rendezvous_timeout=6, collective_timeout=1.5, min_epoch=2)
     sizes = [e["size"] for e in epochs(events)]
     assert sizes[-1] == 2 and len(sizes) <= 6, sizes  # a few abandoned epochs at most
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--fail-in-commit", "--fail-at-step", 7, "--fail-rank", 1], "needs a --fail-at-step that is a commit step"),
+    (["--steps", "x"], "--steps needs an integer >= 0, got 'x'"),
+    (["--dim", 0], "--dim needs an integer >= 1"),
+    (["--bogus", 1], "unknown flag: --bogus"),
+])
+def test_elastic_sgd_refuses_bad_flags(args, message):
+    r = subprocess.run([str(SGD), *map(str, args)], capture_output=True, text=True, timeout=30)
+    assert r.returncode == 2 and message in r.stderr, r.stderr
