@@ -27,6 +27,7 @@ Supervisor::Supervisor(asio::io_context& io, int in_fd, int out_fd, std::functio
                        SupervisorOptions options)
     : io_(io), stream_(io, in_fd, out_fd, *this),
       on_done_(std::move(on_done)), options_(std::move(options)), kill_timer_(io), watchdog_(io), beat_timer_(io),
+      flush_timer_(io),
       error_files_(shm_dirs::errors_path(::getpid())) {
   if (!options_.state_dir.empty()) record_ = std::make_unique<JobRecord>(options_.state_dir);
   launcher_ = make_process_launcher(io, worker_events());
@@ -57,6 +58,7 @@ WorkerEvents Supervisor::worker_events() {
 }
 
 void Supervisor::on_stream_drained() {
+  ++drains_;
   launcher_->resume_output();
   finish_if_idle();
 }
@@ -253,7 +255,10 @@ void Supervisor::on_spawn(const msg::Spawn& s) {
   if (!ours) error_file.clear();
   launcher_->spawn(spec, [this, slot = s.slot, error_file](Result<int> pid) {
     if (!pid) {
-      send(msg::SpawnFailed{slot, pid.error()});
+      // Given up by a stop (abandon_starting): not the program's failure, which the
+      // driver would take for one that cannot start anywhere. The daemon's end tells it.
+      if (stopping_) ER_LOG(daemon, info, "slot {} not started: {}", slot, pid.error());
+      else send(msg::SpawnFailed{slot, pid.error()});
       return;
     }
     if (!error_file.empty()) error_file_of_[*pid] = error_file;
@@ -309,9 +314,29 @@ void Supervisor::stop(std::chrono::milliseconds grace, int exit_code) {
     if (ec) return;
     launcher_->signal_all(SIGKILL);
     launcher_->abandon_starting();
+    watch_flush();
     finish_if_idle();
   });
   finish_if_idle();
+}
+
+// After the kill, what is left is handing the driver what the workers wrote and how
+// they ended. The watchdog no longer bounds that (a stopping driver sends no heartbeats),
+// so this does: a driver that reads nothing for the host timeout (stopped, hung, behind
+// a link cut without an error) is taken for gone, and what it did not read is dropped,
+// as when the channel closes. Without it, output held for such a driver kept the dead
+// workers' pipes unread and the daemon waiting for ever.
+void Supervisor::watch_flush() {
+  flush_timer_.expires_after(driver_timeout_);
+  flush_timer_.async_wait([this, drains = drains_, bytes = stream_.queued_bytes()](boost::system::error_code ec) {
+    if (ec || done_ || out_broken_) return;
+    std::size_t now = stream_.queued_bytes();
+    if (now == 0 || now < bytes || drains_ != drains) return watch_flush();
+    ER_LOG(daemon, warn, "the driver read nothing for {:.1f} s while the job stopped; dropping {} bytes for it",
+           std::chrono::duration<double>(driver_timeout_).count(), now);
+    out_broken_ = true;
+    stop(std::chrono::milliseconds(0), exit_code_);  // already stopping: resumes output and finishes
+  });
 }
 
 void Supervisor::finish_if_idle() {
@@ -321,6 +346,7 @@ void Supervisor::finish_if_idle() {
   kill_timer_.cancel();
   watchdog_.cancel();
   beat_timer_.cancel();
+  flush_timer_.cancel();
   stream_.close();
   if (on_done_) on_done_(exit_code_);
 }

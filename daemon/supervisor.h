@@ -51,6 +51,7 @@ class Supervisor : private FramedStream::Handler {
   void on_stream_drained() override;
   void handle(const Frame& f);
   void watch_driver();
+  void watch_flush();
   void beat();
   WorkerEvents worker_events();
   void on_spawn(const msg::Spawn& s);
@@ -81,7 +82,8 @@ class Supervisor : private FramedStream::Handler {
   bool out_broken_ = false;
   bool stopping_ = false;
   int exit_code_ = 0;
-  boost::asio::steady_timer kill_timer_, watchdog_, beat_timer_;
+  boost::asio::steady_timer kill_timer_, watchdog_, beat_timer_, flush_timer_;
+  std::uint64_t drains_ = 0;  // times the write queue ran empty (on_stream_drained)
   // Silence from the driver tolerated: msg::kConfigTimeout until the config sets it.
   std::chrono::milliseconds driver_timeout_ = msg::kConfigTimeout;
   bool done_ = false;

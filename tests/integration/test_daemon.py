@@ -689,3 +689,39 @@ def test_daemon_stops_workers_when_the_driver_falls_silent(job, beating):
     finally:
         d.stdin.close()
         d.wait(timeout=10)
+
+
+def test_a_stopping_daemon_gives_up_a_driver_that_reads_nothing(job):
+    """Told to shut down, after which its driver reads nothing (stopped, hung, or behind a
+    link cut without an error) while a worker floods its output: the daemon holds 1 MiB
+    for the driver and then leaves the worker's pipes unread. After the kill (the grace
+    is 100 ms here) the host timeout (1.5 s) bounds the wait for the driver to read; the
+    daemon then drops what is left and ends, with the shutdown's status. It used to wait
+    for ever, its dead worker's pipes never read to their end."""
+    d = subprocess.Popen([str(ELASTICRUND), "--stdio"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, env=job.env())
+    try:
+        d.stdin.write(spawn_frames(["/usr/bin/yes", "flood"], heartbeat_ms=300, timeout_ms=1500))
+        d.stdin.flush()
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and not [p for p in our_processes(job.tag) if p != d.pid]:
+            time.sleep(0.05)
+        assert [p for p in our_processes(job.tag) if p != d.pid], "the worker did not start"
+        time.sleep(0.5)  # far more than `yes` needs to fill the pipe and the 1 MiB held
+        d.stdin.write(frame(33, struct.pack("<I", 100)))  # Shutdown, grace 100 ms
+        d.stdin.flush()
+        stopped = time.monotonic()
+        try:
+            d.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pytest.fail("the daemon still waits for a driver that reads nothing, 10 s after the shutdown")
+        took = time.monotonic() - stopped
+        err = d.stderr.read().decode()
+        assert d.returncode == 0, err
+        assert re.search(r"the driver read nothing for 1\.5 s while the job stopped; dropping \d+ bytes", err), err
+        assert 1.5 <= took < 6, f"ended {took:.1f} s after the shutdown:\n{err}"
+        assert not [p for p in our_processes(job.tag) if p != d.pid]
+    finally:
+        d.kill()
+        d.stdin.close()
+        d.wait(timeout=10)

@@ -431,3 +431,47 @@ def test_restart_mode_hosts_torchs_store_before_the_workers_start(job, tmp_path)
     assert sums == ["0 0 3.0", "0 1 3.0", "1 0 3.0", "1 1 3.0"], r.stdout[-3000:]
     ports = [e for e in job.events(ev) if e["event"] == "port_reserved"]
     assert [e["store"] for e in ports] == [False, True], ports
+
+
+def stat_fields(pid):
+    """A process's state and what follows it in /proc/PID/stat (["gone"] once reaped)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return ["gone"]
+
+
+def test_a_daemon_stopped_while_its_fork_server_imports_is_a_lost_host(job, tmp_path):
+    """One host's daemon is stopped (SIGTERM: `systemctl restart`, a preempted machine)
+    while its fork server still imports. The workers it had not forked yet are given up
+    after the grace, which is the host's loss, not a program that cannot start: the
+    elastic job goes on with the other host. It used to end at once with "cannot start
+    rank N ... stopped before it started" (exit 3)."""
+    flag = tmp_path / "importing"
+    flag.touch()
+    (tmp_path / "gated_import.py").write_text(
+        f"import os, time\nwhile os.path.exists({str(flag)!r}):\n    time.sleep(0.05)\n")
+    p = job.start(["--preload", "gated_import", "-np", 2, "--min-np", 1, "-H", "localhost:1,127.0.0.2:1",
+                   PYTHON, "-c", "print('worker ran')"], cwd=tmp_path)
+    try:
+        deadline = time.monotonic() + 30
+        servers = []
+        while len(servers) < 2:
+            assert time.monotonic() < deadline and p.poll() is None, "two fork servers did not start"
+            servers = [pid for pid in our_processes(job.tag)
+                       if b"elasticrund's fork server" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+            time.sleep(0.05)
+        daemon = int(stat_fields(servers[0])[1])  # its parent
+        assert b"elasticrund" in Path(f"/proc/{daemon}/cmdline").read_bytes()
+        os.kill(daemon, signal.SIGTERM)
+        deadline = time.monotonic() + 15  # the daemon's grace is 2 s
+        while stat_fields(daemon)[0] not in ("Z", "gone"):
+            assert time.monotonic() < deadline, "the stopped daemon did not end"
+            time.sleep(0.05)
+        time.sleep(0.5)  # the driver hears of its end
+    finally:
+        flag.unlink()
+    out, err = p.communicate(timeout=60)
+    assert "cannot start rank" not in err, err
+    assert p.returncode == 0, out + err
+    assert "worker ran" in out, out + err
