@@ -10,6 +10,7 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -117,7 +118,10 @@ ReclaimReport reclaim_jobs(const std::string& state_dir) {
     std::string name = entry.path().filename();
     if (name.rfind("job.", 0) != 0) continue;
     if (name.size() > 4 && name.substr(name.size() - 4) == ".tmp") {
-      fs::remove(entry.path(), ec);
+      // A live job may be writing it this moment (reclaim also runs while jobs run):
+      // only a dead job's half-written record goes.
+      int writer = std::atoi(name.c_str() + 4);
+      if (writer <= 1 || process_start_time(writer) == 0) fs::remove(entry.path(), ec);
       continue;
     }
     std::ifstream in(entry.path());

@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include <csignal>
+#include <cstring>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -116,6 +117,26 @@ std::string default_state_dir() {
   return "/tmp/elasticrund-" + std::to_string(::geteuid());
 }
 
+// Why the state directory cannot be trusted, or "". Its job records name processes
+// that reclaim_jobs kills: a directory another user can write to (one planted as
+// /tmp/elasticrund-UID, or a symbolic link there, which its owner can point elsewhere)
+// would let that user have any of this user's processes killed.
+std::string untrusted_state_dir(const std::string& dir) {
+  struct stat st {};
+  if (::lstat(dir.c_str(), &st) != 0) return std::strerror(errno);
+  if (S_ISLNK(st.st_mode)) return "it is a symbolic link (name the directory itself)";
+  if (!S_ISDIR(st.st_mode)) return "it is not a directory";
+  if (st.st_uid != ::geteuid())
+    return "it belongs to uid " + std::to_string(st.st_uid) + ", not to this daemon's (" +
+           std::to_string(::geteuid()) + ")";
+  if (st.st_mode & 077) {
+    char mode[8];
+    std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
+    return std::string("other users have access to it (mode ") + mode + ")";
+  }
+  return "";
+}
+
 int run_listen(elasticrun::daemon::ListenOptions options, const std::string& secret_file) {
   using namespace elasticrun;
   auto secret = auth::read_secret_file(secret_file);
@@ -126,7 +147,11 @@ int run_listen(elasticrun::daemon::ListenOptions options, const std::string& sec
   options.secret = *secret;
   std::error_code ec;
   std::filesystem::create_directories(options.state_dir, ec);
-  ::chmod(options.state_dir.c_str(), 0700);
+  ::chmod(options.state_dir.c_str(), 0700);  // fails where it is not ours; checked next
+  if (auto why = untrusted_state_dir(options.state_dir); !why.empty()) {
+    std::cerr << "elasticrund: refusing state directory '" << options.state_dir << "': " << why << "\n";
+    return 1;
+  }
   // One listening daemon per state directory: a second would reclaim the first's jobs.
   std::string lock_path = options.state_dir + "/lock";
   int lock = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);

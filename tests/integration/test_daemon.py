@@ -419,6 +419,45 @@ def test_daemon_refuses_a_readable_secret_file_and_a_second_instance(tmp_path, d
     assert r.returncode == 1 and "another elasticrund --listen" in r.stderr, r.stderr
 
 
+@pytest.mark.parametrize("kind", ["other-owner", "symlink", "file"])
+def test_daemon_refuses_a_state_directory_others_could_write(tmp_path, kind):
+    """Job records name the processes a restarted daemon kills: a state directory that
+    another user owns (one who created /tmp/elasticrund-UID first, mode 0777 and a
+    planted record naming our process), or a symbolic link its owner could point
+    elsewhere, is refused before anything in it is read, and the planted victim lives."""
+    secret = tmp_path / "secret"
+    secret.write_text(secrets.token_hex(32))
+    secret.chmod(0o600)
+    victim = subprocess.Popen(["sleep", "30"])
+    try:
+        planted = tmp_path / "planted"
+        planted.mkdir()
+        start = Path(f"/proc/{victim.pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+        (planted / "job.99999").write_text(f"job 99999 1\n{victim.pid} {start}\n")
+        state = tmp_path / "state"
+        if kind == "other-owner":
+            if os.geteuid() != 0:
+                pytest.skip("giving a directory to another user needs root")
+            planted.rename(state)
+            os.chown(state, 65534, 65534)
+            state.chmod(0o777)
+            message = "it belongs to uid 65534, not to this daemon's (0)"
+        elif kind == "symlink":
+            state.symlink_to(planted)
+            message = "it is a symbolic link (name the directory itself)"
+        else:
+            state.write_text("")
+            message = "it is not a directory"
+        r = subprocess.run([str(ELASTICRUND), "--listen", "127.0.0.1:0", "--secret-file", str(secret),
+                            "--state-dir", str(state)], capture_output=True, text=True, timeout=10)
+        assert r.returncode == 1, r.stderr
+        assert f"elasticrund: refusing state directory '{state}': {message}" in r.stderr, r.stderr
+        assert victim.poll() is None, "the planted record's process was killed"
+    finally:
+        victim.kill()
+        victim.wait()
+
+
 @pytest.mark.parametrize("args, message", [
     (["--daemon-port", "0"], "out of range"),
     (["--daemon-port", "70000"], "out of range"),
