@@ -36,7 +36,8 @@ import torch
 
 import elasticrun as _er
 from elasticrun import elastic as _elastic
-from elasticrun.torch.functions import broadcast_object, broadcast_optimizer_state, broadcast_parameters
+from elasticrun.torch.functions import (broadcast_object, broadcast_optimizer_state, broadcast_parameters,
+                                        load_optimizer_state)
 from elasticrun.torch.sampler import ElasticSampler
 
 try:
@@ -128,11 +129,12 @@ class _StateDictHandler(StateHandler):
 
 
 class OptimizerStateHandler(_StateDictHandler):
-    """A torch.optim.Optimizer: its state_dict; the step in progress is forgotten."""
+    """A torch.optim.Optimizer: its state_dict; the step in progress is forgotten. The
+    param group dicts stay the same objects (load_optimizer_state)."""
 
     def restore(self):
         _forget_step(self.value)
-        super().restore()
+        load_optimizer_state(self.value, copy.deepcopy(self._saved))
 
     def sync(self):
         _forget_step(self.value)

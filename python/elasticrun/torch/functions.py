@@ -6,6 +6,7 @@ import elasticrun as _er
 from elasticrun.torch import ops
 
 __all__ = ["broadcast_parameters", "broadcast_optimizer_state", "broadcast_object", "allgather_object"]
+# load_optimizer_state is for elasticrun.torch's own modules (not in Horovod's API).
 
 # Tensors are broadcast in fused groups of at most this many bytes (one collective per
 # group instead of one per tensor: a model's state dict has hundreds of small tensors).
@@ -107,7 +108,21 @@ def broadcast_optimizer_state(optimizer, root_rank=0):
                    for s in sorted(slots, key=lambda s: s.index)]
     broadcast_parameters(tensors, root_rank)
     if me != root_rank:
-        optimizer.load_state_dict(_join(structure, tensors))
+        load_optimizer_state(optimizer, _join(structure, tensors))
+
+
+def load_optimizer_state(optimizer, state_dict):
+    """optimizer.load_state_dict(state_dict), keeping the param group dicts themselves.
+    torch's load_state_dict puts new dicts in their place, which detaches whatever holds
+    the old ones: a learning-rate scheduler made on the optimizer that DistributedOptimizer
+    wrapped (the wrapper shares its group dicts) would go on setting an lr nobody reads,
+    on the ranks that loaded and not on the others."""
+    groups = optimizer.param_groups
+    optimizer.load_state_dict(state_dict)
+    for old, new in zip(groups, optimizer.param_groups):
+        old.clear()
+        old.update(new)
+    optimizer.param_groups = groups
 
 
 def _cuda_device_of(optimizer):

@@ -247,7 +247,8 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
       at synchronize(). elasticrun's addition; Horovod has no such argument.
 
     Returns an instance of a subclass of the optimizer's class, built from its
-    param_groups (and carrying its state, if it has any). Adasum is not supported.
+    param_groups, the same dicts (a scheduler made on `optimizer` keeps setting the lr
+    this one uses), and carrying its state, if it has any. Adasum is not supported.
     """
     op = ops._op_of(op)
     if op not in (ops.Average, ops.Sum):
@@ -262,5 +263,6 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     opt = cls(optimizer.param_groups, base, named_parameters, compression, backward_passes_per_step, op,
               gradient_predivide_factor, bucket_cap_mb, overlap)
     if optimizer.state:
-        opt.load_state_dict(optimizer.state_dict())
+        from elasticrun.torch.functions import load_optimizer_state
+        load_optimizer_state(opt, optimizer.state_dict())  # still sharing the group dicts
     return opt

@@ -222,6 +222,29 @@ def mode_functions():
                                 for k, s in sd["state"].items()})
     check(all(g == got[0] for g in got) and len(got[0]) == 2, f"broadcast_optimizer_state state: {got}")
     check(sd["param_groups"][0]["lr"] == 0.01, "broadcast_optimizer_state lr")
+    # A scheduler made on the optimizer before wrapping it (the wrapper shares its param
+    # group dicts) still sets the wrapper's lr after anything loads optimizer state:
+    # broadcast_optimizer_state on ranks other than the root, the wrapping of an
+    # optimizer that has state, and a TorchState's restore.
+    def lrs(opt):
+        return hvd.allgather_object([round(g["lr"], 12) for g in opt.param_groups])
+
+    model = torch.nn.Linear(3, 2)
+    base = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    sched = torch.optim.lr_scheduler.StepLR(base, step_size=1, gamma=0.1)
+    opt = hvd.DistributedOptimizer(base, named_parameters=model.named_parameters())
+    hvd.broadcast_optimizer_state(opt, root_rank=0)
+    sched.step()
+    check(lrs(opt) == [[0.01]] * size, f"scheduler on the wrapped optimizer after broadcast: {lrs(opt)}")
+    model(torch.ones(4, 3)).sum().backward()
+    base.step()  # base now has momentum state, which the wrapping loads
+    opt = hvd.DistributedOptimizer(base, named_parameters=model.named_parameters())
+    sched.step()
+    check(lrs(opt) == [[0.001]] * size, f"scheduler after wrapping a stepped optimizer: {lrs(opt)}")
+    state = hvd.elastic.TorchState(model, opt)
+    state.restore()
+    sched.step()
+    check(lrs(opt) == [[0.0001]] * size, f"scheduler after a TorchState restore: {lrs(opt)}")
     check(hvd.broadcast_object({"r": r, "t": torch.ones(2) * r}, root_rank=1)["r"] == 1, "broadcast_object")
     check(hvd.allgather_object(r * 10) == [q * 10 for q in range(size)], "allgather_object")
 
