@@ -9,8 +9,9 @@ record_indices. At a reset the unprocessed rest (the *segment*) is padded to a
 multiple of size() with its own first samples and dealt out round-robin: rank r gets
 positions r, r + n, r + 2n ... So batch b of every rank together covers positions
 [b*bs*n, (b+1)*bs*n) of the segment, and the first k batches of all ranks are a
-*prefix* of it: ``record_batch(k - 1, bs)`` on any rank records the whole job's
-progress, min(k*bs*n, len(segment)) samples, without communication. That count, not a
+*prefix* of it: k calls of ``record_batch(_, bs)`` since the pass began, on any rank,
+record the whole job's progress, min(k*bs*n, len(segment)) samples, without
+communication. That count, not a
 set of indices, is what a commit saves (folded into `offset`), and it is what every
 rank has processed when every rank recorded the same batches, which lock-step training
 guarantees (a commit takes the smallest count of all ranks, in case one is behind).
@@ -34,12 +35,16 @@ class ElasticSampler(torch.utils.data.Sampler):
     """Partitions `dataset` over the ranks like DistributedSampler, and re-partitions
     the unprocessed rest of the epoch after every reset when kept in a TorchState.
 
-    Use: keep it in the TorchState; after each optimizer step call
-    ``record_batch(batch_idx, batch_size)`` (batch_idx counts from 0 in the loop over the
-    loader started after the last reset, batch_size is the per-rank batch size of the
-    DataLoader, which must iterate the sampler in order, without drop_last); commit.
+    Use: keep it in the TorchState; after each batch call
+    ``record_batch(batch_idx, batch_size)`` (batch_size is the per-rank batch size of the
+    DataLoader, which must iterate the sampler in order, without drop_last; each call
+    counts one more batch of every rank since the pass began, as in Horovod, whatever
+    batch_idx says: a running counter such as state.batch is fine); commit.
     set_epoch(e) for a new epoch starts it afresh (at the start or the end of an epoch:
-    set_epoch to the epoch already current keeps its progress). Requires init()."""
+    set_epoch to the epoch already current keeps its progress). Without set_epoch, a new
+    pass after one that finished the epoch goes over it again (same order), as
+    DistributedSampler and Horovod's sampler do; after a reset, an epoch the job finished
+    yields nothing (its samples were all processed). Requires init()."""
 
     def __init__(self, dataset, shuffle=True, seed=0):
         self.dataset = dataset
@@ -50,6 +55,8 @@ class ElasticSampler(torch.utils.data.Sampler):
         self._extra = set()       # indices past `offset` processed (record_indices)
         self._segment_done = 0    # prefix of the segment processed by the whole job
         self._pending = set()     # this rank's record_indices since the last commit
+        self._recorded = 0        # record_batch calls since the segment began
+        self._pass_begun = False  # a pass over a non-empty segment began here since the last load
         self._order_cache = None
         self.num_replicas = 1
         self.rank = 0
@@ -84,6 +91,7 @@ class ElasticSampler(torch.utils.data.Sampler):
         and rank() now); progress recorded so far is kept."""
         self._offset, self._extra = self._folded()
         self._segment_done = 0
+        self._recorded = 0
         self.num_replicas = _er.size()
         self.rank = _er.rank()
         self.remaining_indices = [i for i in self._order()[self._offset:] if i not in self._extra]
@@ -95,12 +103,16 @@ class ElasticSampler(torch.utils.data.Sampler):
         if epoch != self.epoch:
             self.epoch = epoch
             self._offset, self._extra, self._segment_done, self._pending = 0, set(), 0, set()
+        self._pass_begun = False
         self.reset()
 
     def record_batch(self, batch_idx, batch_size):
-        """Records that batches 0..batch_idx of the current iteration are done on every
-        rank (each rank's batches hold `batch_size` samples)."""
-        done = min((batch_idx + 1) * batch_size * self.num_replicas, len(self.remaining_indices))
+        """Records one more batch of the current pass done on every rank (each rank's
+        batches hold `batch_size` samples). batch_idx is not used (Horovod's is not
+        either): a counter that runs on across resets, as scripts pass, would otherwise
+        mark samples done that no rank saw."""
+        self._recorded += 1
+        done = min(self._recorded * batch_size * self.num_replicas, len(self.remaining_indices))
         self._segment_done = max(self._segment_done, done)
 
     def record_indices(self, indices):
@@ -132,15 +144,23 @@ class ElasticSampler(torch.utils.data.Sampler):
         self._extra = set(state_dict["extra"])
         self._segment_done = 0
         self._pending = set()
+        self._pass_begun = False
         self.reset()
 
     def __iter__(self):
-        # A new pass starts where the recorded progress ends.
+        # A new pass starts where the recorded progress ends. One after a pass that
+        # finished the epoch in this process (no reset loaded progress since) starts the
+        # epoch over, as without set_epoch a DistributedSampler would.
+        ran = self._pass_begun
         self.reset()
+        if ran and not self.remaining_indices:
+            self._offset, self._extra, self._pending = 0, set(), set()
+            self.reset()
         indices = self.remaining_indices[:]
         while 0 < len(indices) < self.total_size:  # padding: the segment's first samples again
             indices += indices[:self.total_size - len(indices)]
         self.indices = indices[self.rank:self.total_size:self.num_replicas]
+        self._pass_begun = bool(self.remaining_indices)
         return iter(self.indices)
 
     def __len__(self):

@@ -288,6 +288,28 @@ def mode_state():
     check(set(i for part in rest for i in part) == set(dataset[min(2 * size, 10):]), f"sampler rest {rest}")
     sampler.set_epoch(1)
     check(sampler.state_dict()["offset"] == 0, "set_epoch(new) starts afresh")
+    # record_batch counts calls, as Horovod's does: a running counter (state.batch, a
+    # global step) passed as batch_idx marks no sample done that no rank saw.
+    s = hvd.elastic.ElasticSampler(list(range(100)), shuffle=False)
+    iter(s)
+    s.record_batch(50, 10)
+    check(s.state_dict()["offset"] == 10 * size, f"record_batch(50, 10) once: {s.state_dict()}")
+    # Without set_epoch, a pass after one that finished the epoch goes over it again
+    # (DistributedSampler's and Horovod's behaviour), while an epoch finished before a
+    # reset (progress loaded) yields nothing.
+    data = list(range(8 * size))
+    s = hvd.elastic.ElasticSampler(data, shuffle=False)
+    loader = torch.utils.data.DataLoader(data, batch_size=2, sampler=s)
+    passes = []
+    for _ in range(2):
+        n = 0
+        for i, _batch in enumerate(loader):
+            s.record_batch(i, 2)
+            n += 1
+        passes.append(n)
+    check(passes == [4, 4], f"two passes without set_epoch: {passes} batches")
+    s.load_state_dict(s.state_dict())  # as a reset's sync does
+    check(list(iter(s)) == [], "an epoch finished before a reset yields nothing")
     # a registered handler for a type of one's own
     class Counter:
         def __init__(self):
