@@ -36,6 +36,11 @@ import pickle
 
 import numpy
 
+try:  # what Horovod pickles objects with: lambdas and local functions travel too
+    import cloudpickle as _pickler
+except ImportError:  # plain pickle: those are a PicklingError
+    _pickler = pickle
+
 from elasticrun import _core
 from elasticrun._core import (ElasticTimeoutError, ElasticrunError, Handle, HostsUpdatedError, ProtocolError,
                               WorkersFailedError)
@@ -149,9 +154,10 @@ def barrier():
 
 
 def broadcast_object(obj, root_rank=0):
-    """Returns root_rank's ``obj`` on every rank (pickled; two broadcasts)."""
+    """Returns root_rank's ``obj`` on every rank (pickled with cloudpickle where it is
+    installed, as Horovod does, so lambdas travel too; two broadcasts)."""
     if rank() == root_rank:
-        data = numpy.frombuffer(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL), dtype=numpy.uint8)
+        data = numpy.frombuffer(_pickler.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL), dtype=numpy.uint8)
         length = numpy.array([data.size], dtype=numpy.int64)
     else:
         length = numpy.zeros(1, dtype=numpy.int64)
@@ -165,8 +171,9 @@ def broadcast_object(obj, root_rank=0):
 
 
 def allgather_object(obj):
-    """Returns the list of every rank's ``obj``, in rank order."""
-    data = numpy.frombuffer(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL), dtype=numpy.uint8)
+    """Returns the list of every rank's ``obj`` (pickled as by broadcast_object), in
+    rank order."""
+    data = numpy.frombuffer(_pickler.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL), dtype=numpy.uint8)
     lengths = allgather(numpy.array([data.size], dtype=numpy.int64))
     gathered = allgather(data)
     out, at = [], 0

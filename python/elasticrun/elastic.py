@@ -82,7 +82,7 @@ class State:
         self.save()
         self.commits += 1
         if _core.checkpoint_due(self.commits):
-            _core.checkpoint_save(self.commits, pickle.dumps(self._durable(), protocol=pickle.HIGHEST_PROTOCOL))
+            _core.checkpoint_save(self.commits, _er._pickler.dumps(self._durable(), protocol=pickle.HIGHEST_PROTOCOL))
         self.check_host_updates()
 
     def check_host_updates(self):

@@ -247,6 +247,9 @@ def mode_functions():
     check(lrs(opt) == [[0.0001]] * size, f"scheduler after a TorchState restore: {lrs(opt)}")
     check(hvd.broadcast_object({"r": r, "t": torch.ones(2) * r}, root_rank=1)["r"] == 1, "broadcast_object")
     check(hvd.allgather_object(r * 10) == [q * 10 for q in range(size)], "allgather_object")
+    # cloudpickle, as Horovod: functions made here (a schedule, a callback) travel too
+    check(hvd.broadcast_object(lambda e: 10 * e + r, root_rank=0)(2) == 20, "broadcast_object of a lambda")
+    check([f() for f in hvd.allgather_object(lambda: r)] == list(range(size)), "allgather_object of lambdas")
 
 
 def mode_state():
