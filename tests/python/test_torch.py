@@ -26,7 +26,7 @@ def check_ok_lines(r, tag, n):
 
 # At least this many checks per rank (2 ranks' counts), so that a mode that stopped
 # checking fails.
-MIN_CHECKS = {"allreduce": 700, "others": 180, "functions": 6, "state": 11}
+MIN_CHECKS = {"allreduce": 700, "others": 180, "functions": 6, "state": 11, "syncbn": 22}
 
 
 @pytest.mark.parametrize("np", [2, 3])

@@ -48,6 +48,7 @@ from elasticrun.torch.ops import (Adasum, Average, Handle, Max, Min, Product, Su
                                   broadcast, broadcast_, broadcast_async, broadcast_async_, grouped_allreduce,
                                   grouped_allreduce_, join, poll, reducescatter, synchronize)
 from elasticrun.torch.optimizer import DistributedOptimizer
+from elasticrun.torch.sync_batch_norm import SyncBatchNorm
 from elasticrun.torch import elastic
 from elasticrun.torch import backend as _backend
 
@@ -59,6 +60,6 @@ __all__ = [
     "broadcast", "broadcast_", "broadcast_async", "broadcast_async_", "allgather", "allgather_async", "alltoall",
     "reducescatter", "barrier", "join", "poll", "synchronize", "Handle", "Sum", "Average", "Min", "Max", "Product",
     "Adasum", "Compression", "Compressor", "broadcast_parameters", "broadcast_optimizer_state", "broadcast_object",
-    "allgather_object", "DistributedOptimizer", "elastic", "report", "should_stop", "ElasticrunError", "WorkersFailedError",
+    "allgather_object", "DistributedOptimizer", "SyncBatchNorm", "elastic", "report", "should_stop", "ElasticrunError", "WorkersFailedError",
     "HostsUpdatedError", "ElasticTimeoutError", "ProtocolError", "HorovodInternalError", "HostsUpdatedInterrupt",
 ]

@@ -338,6 +338,51 @@ def mode_state():
     check(c.n == 5, f"registered handler: {c.n}")
 
 
+def mode_syncbn():
+    """SyncBatchNorm against BatchNorm on the whole job's batch in one process: outputs,
+    input gradients, the ranks' weight and bias gradients summed, running statistics,
+    eval mode; ranks with unequal row counts, one with none."""
+    r, size = hvd.rank(), hvd.size()
+    cases = [((2 * size + 3, 3), torch.float64), ((2 * size + 1, 4, 5, 3), torch.float64),
+             ((3 * size, 2, 7), torch.float32), ((2, 3), torch.float64)]
+    for shape, dtype in cases:
+        torch.manual_seed(7)  # the same data and parameters on every rank
+        X = torch.randn(*shape, dtype=dtype) * 3 + 1
+        R = torch.randn(*shape, dtype=dtype)
+        C = shape[1]
+        ref = {2: torch.nn.BatchNorm1d, 3: torch.nn.BatchNorm1d, 4: torch.nn.BatchNorm2d}[len(shape)](C, momentum=0.3)
+        ref = ref.to(dtype)
+        with torch.no_grad():
+            ref.weight.uniform_(0.5, 1.5)
+            ref.bias.uniform_(-1, 1)
+        sbn = hvd.SyncBatchNorm(C, momentum=0.3).to(dtype)
+        sbn.load_state_dict(ref.state_dict())
+        # rows r, r + size ...; the last case gives every row to rank 0 (others: none)
+        rows = list(range(shape[0]))[r::size] if shape[0] != 2 else ([0, 1] if r == 0 else [])
+        x = X[rows].clone().requires_grad_()
+        y = sbn(x)
+        (y * R[rows]).sum().backward()
+        Xr = X.clone().requires_grad_()
+        yr = ref(Xr)
+        (yr * R).sum().backward()
+        tol = dict(rtol=1e-4, atol=1e-5) if dtype == torch.float32 else dict(rtol=1e-9, atol=1e-10)
+        what = f"SyncBatchNorm {tuple(shape)} {dtype} rank {r} ({len(rows)} rows)"
+        check(torch.allclose(y, yr[rows].detach(), **tol), what + ": output")
+        check(torch.allclose(x.grad, Xr.grad[rows], **tol), what + ": input gradient")
+        check(torch.allclose(hvd.allreduce(sbn.weight.grad, op=hvd.Sum), ref.weight.grad, **tol) and
+              torch.allclose(hvd.allreduce(sbn.bias.grad, op=hvd.Sum), ref.bias.grad, **tol),
+              what + ": weight and bias gradients summed over the ranks")
+        check(torch.allclose(sbn.running_mean, ref.running_mean, **tol) and
+              torch.allclose(sbn.running_var, ref.running_var, **tol) and
+              int(sbn.num_batches_tracked) == int(ref.num_batches_tracked) == 1, what + ": running statistics")
+        sbn.eval()
+        ref.eval()
+        check(torch.allclose(sbn(X[rows]), ref(X)[rows].detach(), **tol), what + ": eval mode")
+    raises(ValueError, lambda: hvd.SyncBatchNorm(3)(torch.ones(3)), "SyncBatchNorm of a 1-D input", "2 dimensions")
+    one = torch.ones(1, 3) if r == 0 else torch.ones(0, 3)
+    raises(ValueError, lambda: hvd.SyncBatchNorm(3)(one), "SyncBatchNorm of one value per channel", "more than 1")
+
+
 def mode_before_init():
     raises(hvd.ElasticrunError, lambda: hvd.allreduce(torch.ones(3)), "allreduce before init", "init")
     raises(hvd.ElasticrunError, lambda: hvd.allgather(torch.ones(3)), "allgather before init", "init")
