@@ -133,6 +133,20 @@ class State:
         self.commits = int(agreed[1])
 
 
+def _put(state, name, value):
+    """Sets the attribute to `value`, a list, dict, set or bytearray in place when it
+    holds one of the same type, so that whatever else refers to it (a DataLoader, a
+    callback) sees what a restore or sync put there."""
+    current = getattr(state, name, None)
+    if type(current) is type(value) and isinstance(value, (list, bytearray)):
+        current[:] = value
+    elif type(current) is type(value) and isinstance(value, (dict, set)):
+        current.clear()
+        current.update(value)
+    else:
+        setattr(state, name, value)
+
+
 class ObjectState(State):
     """State made of picklable attributes: ``ObjectState(epoch=0, batch=0)`` makes
     ``state.epoch`` and ``state.batch``. sync() broadcasts rank 0's values."""
@@ -152,7 +166,7 @@ class ObjectState(State):
 
     def restore(self):
         for name, value in self._saved_state.items():
-            setattr(self, name, copy.deepcopy(value))
+            _put(self, name, copy.deepcopy(value))
 
     def sync(self):
         self._restore_durable()

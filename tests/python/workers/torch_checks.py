@@ -263,6 +263,7 @@ def mode_state():
     dataset = list(range(10))
     sampler = hvd.elastic.ElasticSampler(dataset, shuffle=False)
     state = hvd.elastic.TorchState(model, opt, scheduler=sched, sampler=sampler, epoch=0, log=[1])
+    log = state.log
     state.sync()  # rank 0's model everywhere, as elastic.run does first
     every = hvd.allgather_object(model.weight.tolist())
     check(all(w == every[0] for w in every), "sync: one model on every rank")
@@ -277,6 +278,7 @@ def mode_state():
     check(not opt.state_dict()["state"] and opt.param_groups[0]["lr"] == 0.1, "restore: optimizer state and lr")
     check(sched.last_epoch == 0, "restore: scheduler")
     check(state.log == [1] and state.epoch == 0, "restore: plain attributes (a list mutated in place)")
+    check(state.log is log, "sync and restore: a list attribute stays the same object")
     # sampler: 10 samples over `size` ranks, round-robin, padded to a multiple of size
     mine = list(iter(sampler))
     everyone = hvd.allgather_object(mine)
