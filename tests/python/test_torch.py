@@ -45,7 +45,8 @@ def test_collective_before_init_is_a_clear_error():
 
 
 @pytest.mark.parametrize("mode,np", [("plain", 2), ("plain", 3), ("bpps", 2), ("fp16", 2), ("clip", 2),
-                                     ("sum", 3), ("setnone", 2), ("overlap", 2), ("nooverlap", 2)])
+                                     ("sum", 3), ("setnone", 2), ("overlap", 2), ("nooverlap", 2),
+                                     ("aux", 2)])
 def test_distributed_optimizer_matches_one_process(job, mode, np):
     r = run_python(job, ["-np", np], OPTIMIZER, mode, timeout=180)
     check_ok_lines(r, f"torch_optimizer {mode}: OK", np)

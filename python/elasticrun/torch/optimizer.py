@@ -1,11 +1,16 @@
 """DistributedOptimizer: Horovod's wrapper that averages gradients over every rank while
 backward() is still running.
 
-How it works. The parameters are cut once, at construction, into buckets of about
-`bucket_cap_mb` (25 MiB) of one element type each, in reverse registration order: the
-order in which backward() usually produces gradients. The order is the same on every
-rank by construction, so the ranks need no negotiation round to agree on what to reduce
-next (Horovod negotiates by tensor name on every step). A hook on each parameter's
+How it works. The parameters are cut into buckets of about `bucket_cap_mb` (25 MiB) of
+one element type each, in reverse registration order: the order in which backward()
+usually produces gradients. The first step after construction or a reset (the checked
+step) issues nothing during backward(): its synchronize() first agrees, in one small
+allreduce, on the parameters that got no gradient on some rank, and lays the buckets out
+again with those last (an unused head would otherwise hold back its bucket and every
+one after it until step(), as in DDP's rebuilt buckets). The layout is then the same on
+every rank, a worker that joined at the reset included, so the ranks need no
+negotiation round to agree on what to reduce next (Horovod negotiates by tensor name on
+every step). A hook on each parameter's
 gradient accumulator counts the backward passes; when a parameter's gradient is final
 (after `backward_passes_per_step` passes) it is ready, and when every parameter of the
 next bucket in order is ready, the buffer's allreduce is issued asynchronously (the
@@ -86,22 +91,33 @@ class _DistributedOptimizer:
         self._checked = False
         ordered = [p for group in self.param_groups for p in group["params"] if p.requires_grad]
         _check_names(ordered, named_parameters)
-        self._buckets = _buckets_of(list(reversed(ordered)), int(bucket_cap_mb * (1 << 20)))
+        self._order = list(reversed(ordered))  # about the order backward() produces gradients in
+        self._cap = int(bucket_cap_mb * (1 << 20))
+        self._lay_out([])
         self._delay = {}
         self._grad_accs = []
-        for bi, b in enumerate(self._buckets):
-            for p in b.params:
-                self._delay[p] = backward_passes_per_step
-                self._register_hook(p, bi)
+        for p in self._order:
+            self._delay[p] = backward_passes_per_step
+            self._register_hook(p)
         self._next = 0  # the first bucket not issued yet
 
-    def _register_hook(self, p, bucket_index):
+    def _lay_out(self, idle):
+        """Buckets in gradient order, those of the parameters in `idle` (no gradient in
+        the last checked step, on some rank) after all the others: a parameter that
+        never gets one (an unused head) would otherwise hold back its bucket and every
+        bucket after it until step()."""
+        idle = set(idle)
+        self._buckets = (_buckets_of([p for p in self._order if p not in idle], self._cap) +
+                         _buckets_of([p for p in self._order if p in idle], self._cap))
+        self._bucket_of = {p: b for b in self._buckets for p in b.params}
+
+    def _register_hook(self, p):
         # The accumulator's hook runs once p.grad holds this pass's gradient.
         acc = p.expand_as(p).grad_fn.next_functions[0][0]
-        acc.register_hook(self._make_hook(p, bucket_index))
+        acc.register_hook(self._make_hook(p))
         self._grad_accs.append(acc)  # keeps the accumulator (and its hook) alive
 
-    def _make_hook(self, p, bucket_index):
+    def _make_hook(self, p):
         def hook(*_):
             left = self._delay[p]
             if left <= 0:
@@ -109,8 +125,10 @@ class _DistributedOptimizer:
                                      "step(): increase backward_passes_per_step to accumulate gradients locally")
             self._delay[p] = left - 1
             if left == 1:
-                self._buckets[bucket_index].ready += 1
-                if self._overlap:
+                self._bucket_of[p].ready += 1
+                # Not in a checked step (the first after construction or a reset): its
+                # synchronize() lays the buckets out again before issuing any.
+                if self._overlap and self._checked:
                     self._issue_ready()
 
         return hook
@@ -153,6 +171,8 @@ class _DistributedOptimizer:
         gradients into the parameters' .grad. Called by step() unless inside
         skip_synchronize(); call it yourself to clip or inspect the averaged gradients."""
         try:
+            if not self._checked:
+                self._agree_on_layout()
             for b in self._buckets[self._next:]:
                 for p in b.params:
                     if p.grad is None:
@@ -173,6 +193,14 @@ class _DistributedOptimizer:
         self._checked = True
         self._clear()
         self._synchronized = True
+
+    def _agree_on_layout(self):
+        """In a checked step, before anything is issued: the ranks agree (one allreduce)
+        on the parameters that got no gradient on some rank, and every rank lays its
+        buckets out from that, the same way (a worker that joined after a reset too)."""
+        idle = torch.tensor([1 if self._delay[p] == self._passes else 0 for p in self._order], dtype=torch.int32)
+        idle = ops.allreduce(idle, op=ops.Max)
+        self._lay_out([p for p, i in zip(self._order, idle.tolist()) if i])
 
     def _clear(self):
         for b in self._buckets:

@@ -4,7 +4,9 @@ rank for itself, from the same seed). Modes: plain, bpps (backward_passes_per_st
 fp16 (Compression.fp16), clip (synchronize + clip_grad_norm_ + skip_synchronize),
 sum (op=Sum with the loss scaled by 1/size), setnone (zero_grad(set_to_none=True)),
 overlap and nooverlap (overlap=True / False: buckets issued during backward() or only
-at step(), checked after each backward()). Prints `torch_optimizer <mode>: OK ...` or
+at step(), checked after each backward() but the first, whose step lays the buckets out),
+aux (overlap, with an unused head registered last, so that its parameters come first in
+gradient order: they must not hold back the buckets after them). Prints `torch_optimizer <mode>: OK ...` or
 FAIL lines; exit status 1 on failure."""
 import copy
 import sys
@@ -49,6 +51,9 @@ def main():
     r, n = hvd.rank(), hvd.size()
     torch.manual_seed(7)
     reference = Net()
+    if mode == "aux":
+        reference.aux = torch.nn.Linear(64, 64)  # registered last, never used
+    initial = copy.deepcopy(reference)
     model = copy.deepcopy(reference)
     ref_opt = torch.optim.SGD(reference.parameters(), lr=0.05, momentum=0.9)
     kwargs = {"named_parameters": model.named_parameters(), "bucket_cap_mb": 0.01}  # several buckets
@@ -58,8 +63,8 @@ def main():
         kwargs["compression"] = hvd.Compression.fp16
     if mode == "sum":
         kwargs["op"] = hvd.Sum
-    if mode in ("overlap", "nooverlap"):
-        kwargs["overlap"] = mode == "overlap"
+    if mode in ("overlap", "nooverlap", "aux"):
+        kwargs["overlap"] = mode != "nooverlap"
     opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9), **kwargs)
     assert isinstance(opt, torch.optim.SGD)
     share = BATCH // n
@@ -85,7 +90,7 @@ def main():
         else:
             loss_of(model, xs, ys).backward()
         issued = opt._next  # buckets issued during backward()
-        if mode in ("overlap", "nooverlap") and (mode == "overlap") != (issued > 0):
+        if step > 0 and mode in ("overlap", "nooverlap", "aux") and (mode != "nooverlap") != (issued > 0):
             print(f"FAIL torch_optimizer {mode} rank {r}: {issued} buckets issued during backward() at step {step}",
                   flush=True)
             sys.exit(1)
@@ -106,7 +111,7 @@ def main():
     every = hvd.allgather(flat.view(1, -1))
     if not all(torch.equal(every[q], flat) for q in range(n)):
         bad.append("parameters differ between ranks")
-    moved = float((flat - torch.cat([p.detach().double().reshape(-1) for p in Net().parameters()])).abs().max())
+    moved = float((flat - torch.cat([p.detach().double().reshape(-1) for p in initial.parameters()])).abs().max())
     if bad:
         print(f"FAIL torch_optimizer {mode} rank {r}: " + "; ".join(bad), flush=True)
         sys.exit(1)
