@@ -227,6 +227,7 @@ class EpochController {
   std::vector<Place> not_joined() const;
   void join_timeout(TimePoint now);
   void wait_for_slots(TimePoint now);
+  void slots_back(TimePoint now);
   std::set<Place> alive() const;
   bool all_finished() const;
   bool joins_awaited() const;
@@ -257,6 +258,7 @@ class EpochController {
   std::string abandoned_by_;
   std::uint64_t abandoned_epoch_ = 0;
   bool epoch_broken_ = false;  // a failure happened since the current epoch started
+  std::uint64_t aborted_epoch_ = 0;  // the last epoch AbortEpoch interrupted
   // A worker finished its training (exit 0): the job is ending, and starts no worker.
   bool finishing_ = false;
   // An epoch formed: the job has state, which a new epoch must take from a worker that

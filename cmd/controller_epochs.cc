@@ -121,7 +121,9 @@ void EpochController::reconcile(TimePoint now) {
   // and no membership change may start new workers that would have no peers.
   if (finishing_) return cfg_.elastic && cannot_complete() ? finish_with_survivors(now) : void();
   auto live = alive();
-  if (assignment_.epoch > 0 && !epoch_broken_ && !membership_.changed(assignment_, live, now)) return;
+  // Nothing to change: the running epoch's hosts are all there (again, after a dip in
+  // discovered hosts that left it alone), so nothing waits for slots any more.
+  if (assignment_.epoch > 0 && !epoch_broken_ && !membership_.changed(assignment_, live, now)) return slots_back(now);
   std::set<Place> holders;
   for (const auto& [p, w] : workers_)
     if (w.synced && live.count(p)) holders.insert(p);
@@ -130,7 +132,9 @@ void EpochController::reconcile(TimePoint now) {
   // The workers kept may all be ones that never joined an epoch that formed (started
   // for one that a second failure broke before it formed): they hold no state either.
   bool kept_state = std::any_of(plan->keep.begin(), plan->keep.end(), [&](const Place& p) { return holders.count(p); });
-  bool from_checkpoint = assignment_.epoch > 0 && (plan->keep.empty() || (state_formed_ && !kept_state));
+  // Before any epoch formed nobody trained: there is no state to lose (workers of a new
+  // run still restore a durable checkpoint by themselves).
+  bool from_checkpoint = assignment_.epoch > 0 && state_formed_ && !kept_state;
   if (from_checkpoint && !cfg_.durable)
     return end(exit_code::kWorkerFailed,
                plan->keep.empty()
@@ -138,8 +142,7 @@ void EpochController::reconcile(TimePoint now) {
                    : fmt::format("no surviving worker holds committed state (those left were started for epoch {}, "
                                  "which never formed, and the workers that held it are gone)",
                                  assignment_.epoch));
-  if (elastic_deadline_) emit("slots_available", {{"slots", membership_.usable_slots(now)}});
-  elastic_deadline_.reset();
+  slots_back(now);
   // The soft notice lets workers finish their step in the running epoch first; an epoch
   // that some worker has not joined yet cannot run a step, and one that joined it would
   // wait in its first collective for a peer that has already moved on to the new epoch.
@@ -289,17 +292,28 @@ void EpochController::join_timeout(TimePoint now) {
 }
 
 void EpochController::wait_for_slots(TimePoint now) {
+  // After a failure the current epoch cannot go on: interrupt it (once), and let the
+  // survivors wait in rejoin; also when the failure comes while the job already waits
+  // for a dip in discovered hosts to end. A mere dip leaves the running epoch alone: if
+  // the hosts come back in time, nothing changes.
+  if (assignment_.epoch > 0 && epoch_broken_ && aborted_epoch_ != assignment_.epoch) {
+    aborted_epoch_ = assignment_.epoch;
+    out_.push_back(command::AbortEpoch{broken_reason_});
+  }
   if (elastic_deadline_) return;
   elastic_deadline_ = now + cfg_.elastic_timeout;
   int have = membership_.usable_slots(now);
   int want = cfg_.elastic ? cfg_.min_np : cfg_.np;
-  // After a failure the current epoch cannot go on: interrupt it, and let the survivors
-  // wait in rejoin. A mere dip in discovered hosts leaves the running epoch alone: if
-  // the hosts come back in time, nothing changes.
-  if (assignment_.epoch > 0 && epoch_broken_) out_.push_back(command::AbortEpoch{broken_reason_});
   ER_LOG(driver, warn, "waiting up to {:.0f} s for {} slots ({} available)", cfg_.elastic_timeout.count() / 1000.0,
          want, have);
   emit("waiting_for_slots", {{"available", have}, {"min_np", want}});
+}
+
+// Enough slots again: the wait for them (--elastic-timeout) is over.
+void EpochController::slots_back(TimePoint now) {
+  if (!elastic_deadline_) return;
+  emit("slots_available", {{"slots", membership_.usable_slots(now)}});
+  elastic_deadline_.reset();
 }
 
 std::optional<TimePoint> EpochController::next_deadline(TimePoint now) const {

@@ -65,7 +65,7 @@ void EpochController::reconcile_generation(TimePoint now) {
   // A worker finished (exit 0): the others follow, and no change of hosts restarts them.
   if (finishing_) return;
   bool change = assignment_.epoch > 0 && !epoch_broken_;
-  if (change && !membership_.changed(assignment_, alive(), now)) return;
+  if (change && !membership_.changed(assignment_, alive(), now)) return slots_back(now);  // a dip that ended
   // The hosts of the last generation keep their order, new ones come after; every place
   // gets a new worker.
   std::set<Place> before;
@@ -82,8 +82,7 @@ void EpochController::reconcile_generation(TimePoint now) {
     say("hosts changed; restarting every worker (not counted against --max-restarts)");
     stop_generation(now);
   }
-  if (elastic_deadline_) emit("slots_available", {{"slots", membership_.usable_slots(now)}});
-  elastic_deadline_.reset();
+  slots_back(now);
   if (assignment_.epoch > 0) {
     ++resets_;
     emit("restart", {{"generation", assignment_.epoch + 1}, {"cause", change ? "hosts_changed" : "failure"},

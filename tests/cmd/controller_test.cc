@@ -281,6 +281,61 @@ TEST(Controller, SlotsComingBackInTimeStartTheNextEpoch) {
   EXPECT_FALSE(d.c.finished());
 }
 
+// Discovery lists fewer hosts for a while (a flaky cloud API) and then the same ones
+// again: the running epoch was left alone, and the wait for slots is over with the dip,
+// not still running out its --elastic-timeout (which ended a healthy job).
+TEST(Controller, ADipInDiscoveredHostsThatEndsLeavesNoTimeoutBehind) {
+  Driver d(elastic(2));
+  d.c.use_hosts({{"a", 1}, {"b", 1}}, t0());
+  d.start_and_join_all();
+  d.drain();
+  d.c.hosts_changed({{"a", 1}}, t0() + 1s);
+  auto cmds = d.drain();
+  auto ev = Driver::events(cmds);
+  EXPECT_NE(std::find(ev.begin(), ev.end(), "waiting_for_slots"), ev.end());
+  EXPECT_TRUE(Driver::only<command::AbortEpoch>(cmds).empty());  // a dip interrupts nothing
+  EXPECT_TRUE(Driver::only<command::Signal>(cmds).empty());
+  d.c.hosts_changed({{"a", 1}, {"b", 1}}, t0() + 2s);
+  ev = Driver::events(d.drain());
+  EXPECT_NE(std::find(ev.begin(), ev.end(), "slots_available"), ev.end());
+  EXPECT_EQ(d.c.next_deadline(t0() + 2s), std::nullopt);
+  d.c.tick(t0() + 200s);
+  EXPECT_FALSE(d.c.finished()) << Driver::said(d.drain());
+  EXPECT_EQ(d.c.assignment().epoch, 1u);
+}
+
+// A worker fails while the job waits out such a dip: its epoch cannot go on, so it is
+// interrupted then (the survivors wait in rejoin), and once only.
+TEST(Controller, AFailureDuringADipInterruptsTheEpochOnce) {
+  Driver d(elastic(2));
+  d.c.use_hosts({{"a", 1}, {"b", 1}, {"c", 1}}, t0());
+  d.start_and_join_all();
+  d.c.hosts_changed({{"a", 1}}, t0() + 1s);
+  EXPECT_TRUE(Driver::only<command::AbortEpoch>(d.drain()).empty());
+  d.c.worker_exited("b", d.exit_of("b", 0, 1), t0() + 2s);
+  EXPECT_EQ(Driver::only<command::AbortEpoch>(d.drain()).size(), 1u);
+  d.c.worker_exited("c", d.exit_of("c", 0, 1), t0() + 3s);
+  EXPECT_TRUE(Driver::only<command::AbortEpoch>(d.drain()).empty());
+  EXPECT_FALSE(d.c.finished());
+}
+
+// Every worker of the first epoch is lost before it formed (a host whose daemon cannot
+// start): nobody trained, so there is no state to lose; the job starts on what is left.
+TEST(Controller, LosingAnEpochThatNeverFormedLosesNoState) {
+  Driver d(elastic(1, 1));
+  d.c.use_hosts({{"a", 1}, {"b", 1}}, t0());  // epoch 1: a only
+  d.drain();
+  d.c.daemon_closed("a", DaemonEnd::not_started, "ssh: cannot connect", t0() + 1s);
+  auto cmds = d.drain();
+  ASSERT_FALSE(d.c.finished()) << Driver::said(cmds);
+  ASSERT_EQ(d.c.assignment().epoch, 2u);
+  ASSERT_EQ(d.c.assignment().size(), 1);
+  EXPECT_EQ(d.c.assignment().workers[0].host, "b");
+  d.answer_port();
+  EXPECT_EQ(Driver::only<command::Spawn>(d.drain()).size() + Driver::only<command::Spawn>(cmds).size(), 1u);
+  EXPECT_EQ(Driver::said(cmds).find("no surviving worker"), std::string::npos);
+}
+
 // With --blacklist-cooldown-range a failed host comes back when its cool-down ends, also
 // while the job waits for slots (nothing else would wake it: discovery lists the same).
 TEST(Controller, ABlacklistedHostComesBackAfterItsCooldown) {
