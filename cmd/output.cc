@@ -29,10 +29,10 @@ Result<std::FILE*> OutputRouter::file(int rank, int stream) {
   return f;
 }
 
-// One line (without its newline, or a last partial one) to the terminal and the file.
-void OutputRouter::emit(int rank, int stream, std::string_view line) {
+// One line (without its end) to the terminal, prefixed, ended by `end`.
+void OutputRouter::emit(int rank, int stream, std::string_view line, char end) {
   std::FILE* f = stream == 1 ? out_ : err_;
-  fmt::print(f, "[{}]<{}>: {}\n", rank, stream == 1 ? "stdout" : "stderr", line);
+  fmt::print(f, "[{}]<{}>: {}{}", rank, stream == 1 ? "stdout" : "stderr", line, end);
   std::fflush(f);
 }
 
@@ -41,10 +41,26 @@ Result<void> OutputRouter::write(const Source& from, int rank, int stream, std::
   if (!tee) return Failure{tee.error()};
   Pending& p = pending_[{from.first, from.second, stream}];
   p.rank = rank;
+  // What was pending holds no line end, but for a '\r' at its very end (it may begin
+  // "\r\n"): only the new bytes are searched, and that one.
+  std::size_t at = p.partial.empty() ? 0 : p.partial.size() - 1;
   p.partial.append(reinterpret_cast<const char*>(data.data()), data.size());
+  std::string_view all(p.partial);
   std::size_t start = 0;
-  for (std::size_t nl; (nl = p.partial.find('\n', start)) != std::string::npos; start = nl + 1)
-    emit(rank, stream, std::string_view(p.partial).substr(start, nl - start));
+  for (std::size_t end; (end = all.find_first_of("\r\n", at)) != std::string_view::npos; at = end + 1) {
+    if (all[end] == '\n') {
+      emit(rank, stream, all.substr(start, end - start));
+    } else {
+      if (end + 1 == all.size()) break;   // "\r\n" or an update: the next byte tells
+      if (all[end + 1] == '\n') continue;  // "\r\n": the '\n' ends the line
+      if (end > start) emit(rank, stream, all.substr(start, end - start), '\r');
+    }
+    start = end + 1;
+  }
+  if (all.size() - start > kMaxLine) {  // no end in sight: cut, so that memory stays bounded
+    emit(rank, stream, all.substr(start));
+    start = all.size();
+  }
   // The file gets the same whole lines, unprefixed, so that two workers writing under
   // one rank do not mix there either.
   if (*tee && start > 0) {

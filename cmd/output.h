@@ -2,7 +2,11 @@
 // rank prefix ("[2]<stdout>: ..."), and optionally tee'd to DIR/rank.N/{stdout,stderr}.
 //
 // Chunks arrive in arbitrary pieces; a line is printed only once complete (or when
-// its stream ends), so lines from different workers never interleave mid-line. Lines
+// its stream ends), so lines from different workers never interleave mid-line. A
+// carriage return not followed by a newline ends a line too, printed with its '\r'
+// (a progress bar's update, which then redraws in place, prefix included), and a line
+// is cut at kMaxLine bytes: the driver's memory stays bounded and a worker that never
+// writes a newline is still seen. Lines
 // are gathered per producing process, named by its place (host, slot: one process at
 // a time), not per prefix: a worker keeps the rank it started as for its prefix, and
 // after resets two live workers can carry the same one.
@@ -22,6 +26,7 @@ namespace elasticrun::cmd {
 
 class OutputRouter {
  public:
+  static constexpr std::size_t kMaxLine = 64 * 1024;
   using Source = std::pair<std::string, int>;  // the producing worker's (host, slot)
 
   explicit OutputRouter(std::string dir, std::FILE* out = stdout, std::FILE* err = stderr)
@@ -40,7 +45,7 @@ class OutputRouter {
     std::string partial;
   };
   Result<std::FILE*> file(int rank, int stream);
-  void emit(int rank, int stream, std::string_view line);
+  void emit(int rank, int stream, std::string_view line, char end = '\n');
   void flush_partial(const Pending& p, int stream);
 
   std::string dir_;

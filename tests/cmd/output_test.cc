@@ -17,6 +17,7 @@ std::string slurp(std::FILE* f) {
   std::string s;
   char buf[4096];
   while (std::size_t n = std::fread(buf, 1, sizeof buf, f)) s.append(buf, n);
+  std::fseek(f, 0, SEEK_END);  // a write may follow a read only after a seek
   return s;
 }
 
@@ -81,6 +82,63 @@ TEST(Output, TwoWorkersUnderOneRankNeverMixTheirLines) {
   EXPECT_EQ(content, "loss 0.25\nepoch 7\nstep 9\n");
   std::fclose(out);
   std::system((std::string("rm -rf ") + tmpl).c_str());
+}
+
+// A progress bar (tqdm) writes "\r" and an update, over and over, and a newline only at
+// its end: each update is shown as it comes, ended by its '\r', so that it redraws in
+// place with its prefix; "\r\n" still ends a line once, even split over two chunks. The
+// file gets the bytes as they came.
+TEST(Output, CarriageReturnsShowProgressBarUpdatesAsTheyCome) {
+  char tmpl[] = "/tmp/er-output-XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  std::FILE* out = std::tmpfile();
+  std::string raw;
+  {
+    OutputRouter r(tmpl, out, out);
+    auto w = [&](std::string_view d) {
+      raw += d;
+      ASSERT_TRUE(r.write({"h", 0}, 0, 2, {reinterpret_cast<const std::uint8_t*>(d.data()), d.size()}).ok());
+    };
+    w("\r 10%|#");
+    EXPECT_EQ(slurp(out), "");  // the update ends at the next '\r'
+    w("\r 20%|##\r");
+    EXPECT_EQ(slurp(out), "[0]<stderr>:  10%|#\r");
+    w("100%|###\n");
+    w("crlf\r");
+    w("\nnext\r");
+    w("x\n");
+  }
+  EXPECT_EQ(slurp(out),
+            "[0]<stderr>:  10%|#\r[0]<stderr>:  20%|##\r[0]<stderr>: 100%|###\n[0]<stderr>: crlf\r\n"
+            "[0]<stderr>: next\r[0]<stderr>: x\n");
+  std::ifstream f(std::string(tmpl) + "/rank.0/stderr");
+  std::string content((std::istreambuf_iterator<char>(f)), {});
+  EXPECT_EQ(content, raw);
+  std::fclose(out);
+  std::system((std::string("rm -rf ") + tmpl).c_str());
+}
+
+// Output that never ends a line is cut at kMaxLine: shown, and not held without bound.
+TEST(Output, ALineWithoutAnEndIsCutAtTheLimit) {
+  std::FILE* out = std::tmpfile();
+  std::string chunk(100, 'x');
+  {
+    OutputRouter r("", out, out);
+    for (int i = 0; i < 2048; ++i)  // 200 KiB
+      ASSERT_TRUE(r.write({"h", 0}, 0, 1, {reinterpret_cast<const std::uint8_t*>(chunk.data()), chunk.size()}).ok());
+    EXPECT_EQ(slurp(out).size() / OutputRouter::kMaxLine, 3u) << "three cut lines before the end";
+  }
+  std::string all = slurp(out);
+  std::size_t lines = 0, xs = 0, at = 0;
+  for (std::size_t nl; (nl = all.find('\n', at)) != std::string::npos; at = nl + 1, ++lines) {
+    std::string_view line = std::string_view(all).substr(at, nl - at);
+    ASSERT_EQ(line.substr(0, 13), "[0]<stdout>: ");
+    EXPECT_LE(line.size() - 13, OutputRouter::kMaxLine + chunk.size());
+    xs += line.size() - 13;
+  }
+  EXPECT_EQ(lines, 4u);
+  EXPECT_EQ(xs, 2048u * 100u);
+  std::fclose(out);
 }
 
 }  // namespace
