@@ -177,12 +177,19 @@ DaemonEvents Job::daemon_events() {
   return ev;
 }
 
+// Whether `host` names this machine; asked once per name (it resolves the name).
+bool Job::is_local(const std::string& host) {
+  auto it = local_.find(host);
+  if (it == local_.end()) it = local_.emplace(host, discovery::is_local_host(host)).first;
+  return it->second;
+}
+
 DaemonLink* Job::ensure_daemon(const std::string& host) {
   auto it = daemons_.find(host);
   if (it != daemons_.end() && !it->second->closed()) return it->second.get();
   std::unique_ptr<DaemonLink> link;
   std::string addr = rendezvous_addr_;
-  bool local = discovery::is_local_host(host);
+  bool local = is_local(host);
   if (!local) {
     // The remote workers reach us at the address our traffic to that host leaves from.
     std::string self = discovery::local_address_towards(host);
@@ -191,6 +198,7 @@ DaemonLink* Job::ensure_daemon(const std::string& host) {
       return nullptr;
     }
     addr = fmt::format("{}:{}", self, server_->port());
+    toward_[host] = self;
   }
   if (cluster_secret_) {
     link = connect_daemon(io_, host, static_cast<std::uint16_t>(opts_.daemon_port), *cluster_secret_,

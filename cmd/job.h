@@ -47,6 +47,7 @@ class Job {
   Result<std::string> daemon_path() const;
   DaemonEvents daemon_events();
   DaemonLink* ensure_daemon(const std::string& host);
+  bool is_local(const std::string& host);
   void on_daemon_closed(const std::string& host, bool clean, const std::string& why);
   void on_report(const rendezvous::WorkerPlace& p, std::uint64_t epoch, std::int64_t step,
                  const nlohmann::json& metrics, rendezvous::ReportAnswer answer);
@@ -79,6 +80,8 @@ class Job {
   EpochController controller_;
   std::unique_ptr<discovery::HostWatcher> watcher_;
   std::map<std::string, std::unique_ptr<DaemonLink>> daemons_;
+  std::map<std::string, bool> local_;          // host name: whether it names this machine
+  std::map<std::string, std::string> toward_;  // remote host: our address towards it
   OutputRouter output_;
   EventLog events_;
   std::unique_ptr<ReportChannel> reports_;  // with --report-fd

@@ -81,7 +81,13 @@ void Job::carry_out(const Command& c) {
 void Job::spawn(const command::Spawn& s) {
   DaemonLink* d = ensure_daemon(s.place.first);
   if (!d) return;
-  auto env = torch_env(s.torch, run_id_);
+  TorchWorker torch = s.torch;
+  // Rank 0 on this machine under a local name ("localhost", a loopback address): that
+  // name means the worker's own machine there, so a remote worker gets our address
+  // towards its host instead, the one its daemon reaches us at.
+  if (auto toward = toward_.find(s.place.first); toward != toward_.end() && is_local(torch.master_addr))
+    torch.master_addr = toward->second;
+  auto env = torch_env(torch, run_id_);
   env.insert(env.end(), opts_.env.begin(), opts_.env.end());
   auto rejoin = opts_.elastic_timeout + opts_.rendezvous_timeout;
   env.push_back(fmt::format("{}={:.3f}", env::kRejoinTimeout, rejoin.count() / 1000.0));

@@ -20,7 +20,9 @@ TorchWorker torch_worker(const rendezvous::Assignment& a, int rank) {
     if (std::find(hosts.begin(), hosts.end(), w.host) == hosts.end()) hosts.push_back(w.host);
   t.group_rank = static_cast<int>(std::find(hosts.begin(), hosts.end(), me.host) - hosts.begin());
   t.group_world_size = static_cast<int>(hosts.size());
-  t.master_addr = a.workers.front().host;
+  // "user@name" is how to log in there, not an address (the host part is).
+  const std::string& first = a.workers.front().host;
+  t.master_addr = first.substr(first.find('@') + 1);
   return t;
 }
 

@@ -20,7 +20,7 @@ namespace elasticrun::cmd {
 struct TorchWorker {
   int rank = 0, world_size = 0, local_rank = 0, local_world_size = 0;
   int group_rank = 0, group_world_size = 0;
-  std::string master_addr;  // rank 0's host, as the driver names it
+  std::string master_addr;  // rank 0's host as the driver names it, without a "user@"
   int master_port = 0;      // 0: none could be reserved (MASTER_PORT is left unset)
   int restart_count = 0;    // restarts after failures so far (--max-restarts)
   int max_restarts = 0;

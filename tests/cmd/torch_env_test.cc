@@ -26,6 +26,12 @@ TEST(TorchEnv, GroupsAreHostsInTheOrderOfTheirFirstRank) {
   EXPECT_EQ(t.master_addr, "n2");
 }
 
+// "user@host" says how to log in: MASTER_ADDR is the host part.
+TEST(TorchEnv, MasterAddrLeavesOutTheUser) {
+  auto a = rendezvous::assign({{"alice@n1", 1}, {"n2", 1}}, 2, 2);
+  EXPECT_EQ(torch_worker(a, 1).master_addr, "n1");
+}
+
 TEST(TorchEnv, EveryVariableTorchrunSets) {
   TorchWorker w{3, 5, 1, 2, 2, 3, "n1", 29517, 2, 4};
   EXPECT_EQ(torch_env(w, "job-7"),

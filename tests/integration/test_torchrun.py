@@ -326,6 +326,20 @@ def cluster():
     yield from namespace_cluster(2, 2)
 
 
+def test_master_addr_of_a_local_rank_0_is_our_address_towards_a_remote_worker(job, cluster):
+    """Rank 0 on this machine as "localhost": that name means a remote worker's own
+    machine, so the remote worker's MASTER_ADDR is the address the driver's traffic to
+    its host leaves from (as for the rendezvous), and the local worker's stays."""
+    _, env = cluster
+    r = job.run(["-x", "ER_TEST_TAG", "-np", 2, "-H", "localhost:1,10.77.0.11:1", *print_env_command()],
+                timeout=120, env=env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    envs = worker_envs(r.stdout)
+    route = subprocess.run(["ip", "-o", "route", "get", "10.77.0.11"], capture_output=True, text=True, check=True)
+    ours = route.stdout.split(" src ")[1].split()[0]
+    assert (envs[0]["MASTER_ADDR"], envs[1]["MASTER_ADDR"]) == ("localhost", ours), envs
+
+
 @needs_torch
 def test_unmodified_ddp_script_on_the_namespace_cluster(job, cluster, tmp_path):
     """Two hosts over SSH: MASTER_ADDR is rank 0's host as the driver names it, reachable
