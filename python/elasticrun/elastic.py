@@ -245,14 +245,20 @@ def run(func):
                     hook()
                 state.sync()  # inside: a failure during a recovery is one more reset
                 return func(state, *args, **kwargs)
+            # The epoch's transport goes first (_core.abandon): a receive under way when a
+            # collective failed cannot be cancelled, and would land in a tensor after the
+            # restore otherwise.
             except (_er.WorkersFailedError, _er.ElasticTimeoutError):
+                _core.abandon()
                 state.restore()
             except HostsUpdatedInterrupt:
+                _core.abandon()
                 if not state._at_commit:
                     state.restore()  # interrupted mid-step: the step may be half done
             except Exception as e:  # noqa: BLE001 - re-raised unless it stands for a reset
                 if _translated(e) is None:
                     raise
+                _core.abandon()
                 state.restore()  # (a HostsUpdatedError so carried interrupted a step too)
             state._at_commit = False
             _reset()

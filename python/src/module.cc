@@ -296,6 +296,16 @@ PYBIND11_MODULE(_core, m) {
   m.def("hosts_updated", [] { return engine(), elasticrun::context().hosts_updated(); });
   define_checkpoints(m, []() -> Context& { return engine(), elasticrun::context(); });
   m.def(
+      "abandon",
+      [] {
+        Engine& e = engine();
+        py::gil_scoped_release nogil;
+        e.drain();
+        elasticrun::context().abandon();
+      },
+      "After a failure, before restoring: tear the epoch's transport down, so that no transfer of it lands "
+      "in a buffer afterwards");
+  m.def(
       "rejoin",
       [] {
         Engine& e = engine();

@@ -247,6 +247,51 @@ TEST(ElasticState, RunRestoresAndRejoinsOnTimeout) {
   });
 }
 
+// After a failure the epoch's transport goes before the restore: a receive under way
+// when the collective failed cannot be cancelled, and landing after the restore it would
+// overwrite the restored commit. The hook sees the buffer as the failure left it.
+TEST(ElasticState, RunAbandonsTheEpochBeforeRestoring) {
+  run_contexts(1, "run-abandon/", [](int, Context& ctx) {
+    std::vector<std::string> failures = {"failed", "timeout", "hosts mid-step"};
+    for (const auto& kind : failures) {
+      std::int64_t x = 0;
+      std::vector<std::int64_t> seen;
+      ElasticHooks hooks = quiet_hooks();
+      hooks.abandon = [&] { seen.push_back(x); };
+      State st(ctx, hooks);
+      st.track_value("x", x);
+      int calls = 0;
+      run(st, [&](State& s) {
+        if (++calls > 1) return;
+        x = 7;
+        s.commit();
+        x = 99;
+        if (kind == "failed") throw WorkersFailed("injected");
+        if (kind == "timeout") throw TimeoutError("injected");
+        throw HostsUpdated("injected mid-step");
+      });
+      EXPECT_EQ(seen, std::vector<std::int64_t>{99}) << kind << ": not abandoned once, before the restore";
+      EXPECT_EQ(x, 7) << kind;
+    }
+  });
+}
+
+// Without a communicator (abandoned, or a re-join that failed) a collective is an Error,
+// not a crash.
+TEST(ElasticState, AnAbandonedContextHasNoCommunicator) {
+  run_contexts(1, "abandoned/", [](int, Context& ctx) {
+    std::int64_t x = 1;
+    ctx.comm().allreduce(&x, &x, 1, DataType::i64, ReduceOp::sum);
+    ctx.abandon();
+    try {
+      ctx.comm();
+      ADD_FAILURE() << "comm() after abandon() did not throw";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("no communicator"), std::string::npos) << e.what();
+    }
+  });
+}
+
 TEST(ElasticDeviceState, DeviceItemsSnapshotToHostByDefault) {
   run_contexts(1, "dev-host/", [](int, Context& ctx) {
     auto dev = std::make_shared<FakeDevice>();

@@ -89,12 +89,13 @@ class MemoryOps {
 std::shared_ptr<MemoryOps> default_memory_ops();
 
 // The seam between State and the control plane. Empty members mean the Context's own
-// rejoin() and hosts_updated(), and default_memory_ops(); tests replace them to simulate
-// resets and device memory in one process.
+// rejoin(), hosts_updated() and abandon(), and default_memory_ops(); tests replace them
+// to simulate resets and device memory in one process.
 struct ElasticHooks {
   std::function<void()> rejoin;
   std::function<bool()> hosts_updated;
   std::shared_ptr<MemoryOps> memory;
+  std::function<void()> abandon;  // run() calls it after a failure, before restore()
 };
 
 class State {
@@ -136,6 +137,9 @@ class State {
   std::uint64_t commits() const;
   Context& context();
 
+  // One step of run(), after a failure: the epoch's transport torn down (the hooks'
+  // abandon, else the Context's, unless the hooks simulate re-joins), before restore().
+  void abandon();
   // One step of run(): re-join through the hooks, then the on_reset callbacks.
   void reset();
   // Whether the last HostsUpdated came from commit(), so memory equals the snapshot.

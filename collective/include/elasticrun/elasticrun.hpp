@@ -54,8 +54,15 @@ class Context {
 
   const Topology& topology() const;
   // The communicator of the current epoch. It is replaced by rejoin(): do not keep
-  // references to it across one.
+  // references to it across one. Throws Error when there is none (after abandon(), or
+  // a rejoin() that failed).
   Communicator& comm();
+  // Tears down the current epoch's communicator, as after a collective failed: once it
+  // returns, no transfer of that epoch can still write into the caller's buffers (a
+  // receive already under way when the collective failed cannot be cancelled, and would
+  // land at the transport's next progress). Collectives fail until rejoin(). The
+  // elastic run loop calls it before restoring the last commit.
+  void abandon();
 
   // Elastic membership. After a collective threw WorkersFailed or HostsUpdated (or
   // hosts_updated() says so), rejoin() tears down the communicator, waits for the

@@ -137,7 +137,14 @@ Context::~Context() {
 }
 
 const Topology& Context::topology() const { return impl_->topo; }
-Communicator& Context::comm() { return *impl_->comm; }
+Communicator& Context::comm() {
+  if (!impl_->comm)
+    throw Error("no communicator: this worker's epoch was abandoned after a failure, or its last re-join failed; "
+                "rejoin() first");
+  return *impl_->comm;
+}
+
+void Context::abandon() { impl_->comm.reset(); }
 
 void init() {
   auto& d = default_context();

@@ -286,6 +286,13 @@ std::uint64_t State::commits() const { return impl_->commits; }
 Context& State::context() { return impl_->ctx; }
 bool State::interrupted_at_commit() const { return impl_->at_commit; }
 
+void State::abandon() {
+  if (impl_->hooks.abandon)
+    impl_->hooks.abandon();
+  else if (!impl_->hooks.rejoin)  // a simulated reset keeps its communicator
+    impl_->ctx.abandon();
+}
+
 void State::reset() {
   if (impl_->hooks.rejoin)
     impl_->hooks.rejoin();
@@ -299,6 +306,10 @@ void State::reset() {
 // it is (it equals the commit), while one that interrupted a collective mid-step
 // rolls back like a failure. Either way the worker re-joins and the pass repeats;
 // the sync at its start overwrites everyone with rank 0's committed state.
+//
+// The epoch's transport goes first (State::abandon): a receive that was under way when
+// a collective failed cannot be cancelled, and would otherwise land in a tracked buffer
+// at the transport's next progress, after the restore.
 void run_loop(State& state, const std::function<void()>& body) {
   for (;;) {
     try {
@@ -306,12 +317,15 @@ void run_loop(State& state, const std::function<void()>& body) {
       body();
       return;
     } catch (const WorkersFailed&) {
+      state.abandon();
       state.restore();
     } catch (const TimeoutError&) {
       // A peer went silent (a cut link, a hung process): treat it as a failure. The
       // re-join tells the server this epoch is broken; the driver forms the next one.
+      state.abandon();
       state.restore();
     } catch (const HostsUpdated&) {
+      state.abandon();
       if (!state.interrupted_at_commit()) state.restore();
     }
     state.reset();
