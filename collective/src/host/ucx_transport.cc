@@ -113,12 +113,12 @@ UcxTransport::~UcxTransport() {
   // ucp_worker_destroy reclaim whatever a dead peer left pending.
   bool clean = live_.empty() && !abort_->raised();
   cancel_all();
-  close_endpoints(!clean);
+  close_endpoints(!clean, !stale_);
   for (void* req : live_) ucp_request_free(req);
   live_.clear();
 }
 
-void UcxTransport::close_endpoints(bool force) {
+void UcxTransport::close_endpoints(bool force, bool progress) {
   std::vector<void*> closing;
   ucp_request_param_t param{};
   param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
@@ -129,7 +129,7 @@ void UcxTransport::close_endpoints(bool force) {
     if (UCS_PTR_IS_PTR(p)) closing.push_back(p);
     ep = nullptr;
   }
-  auto until = Clock::now() + std::chrono::seconds(2);
+  auto until = Clock::now() + (progress ? std::chrono::seconds(2) : std::chrono::seconds(0));
   while (!closing.empty() && Clock::now() < until) {
     ucp_worker_progress(worker_.get());
     std::erase_if(closing, [](void* r) {
@@ -316,6 +316,7 @@ void UcxTransport::cancel_all() {
   // Cancelled receives complete on the next progress; give them a moment, then
   // free the rest so UCX releases them whenever they finish.
   drain(Clock::now() + std::chrono::milliseconds(50));
+  stale_ = stale_ || !live_.empty();
   for (void* req : live_) ucp_request_free(req);
   live_.clear();
 }

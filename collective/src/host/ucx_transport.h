@@ -92,7 +92,7 @@ class UcxTransport final : public Transport {
   void wait_for_event(Clock::time_point deadline);
   [[noreturn]] void fail_timeout(std::span<Request> reqs, const char* what);
   void drain(Clock::time_point until);
-  void close_endpoints(bool force);
+  void close_endpoints(bool force, bool progress);
 
   Options opts_;
   std::shared_ptr<Store> store_;
@@ -103,6 +103,10 @@ class UcxTransport final : public Transport {
   int event_fd_ = -1;
   std::vector<ucp_ep_h> eps_;          // lazily created, indexed by rank
   std::vector<void*> live_;            // posted, not yet freed (unordered)
+  // A cancel left requests under way (a receive already matched cannot be cancelled):
+  // from then on the worker is never progressed, which would land their data in
+  // buffers their callers may have restored or freed.
+  bool stale_ = false;
 };
 
 }  // namespace elasticrun::collective
