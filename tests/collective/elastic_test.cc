@@ -276,6 +276,51 @@ TEST(ElasticState, RunAbandonsTheEpochBeforeRestoring) {
   });
 }
 
+// Rank 1 of 2 whose sync receives rank 0's small items (commit count 100 among them) and
+// then loses rank 0 in the broadcast of a large item.
+class SyncBreaksAfterTheSmallItems final : public Communicator {
+ public:
+  int rank() const override { return 1; }
+  int size() const override { return 2; }
+  void allreduce(const void*, void*, std::size_t, DataType, ReduceOp) override {}  // the layouts agree
+  void broadcast(void* buf, std::size_t count, DataType, int) override {
+    if (broadcasts_++ > 0) throw WorkersFailed("injected: rank 0 lost mid-sync");
+    std::uint64_t hundred = 100;
+    std::memset(buf, 0x5a, count);
+    std::memcpy(buf, &hundred, sizeof hundred);
+  }
+  void allgather(const void*, void*, std::size_t, DataType) override {}
+  void allgatherv(const void*, void*, std::span<const std::size_t>, DataType) override {}
+  void reduce_scatter(const void*, void*, std::size_t, DataType, ReduceOp) override {}
+  void alltoall(const void*, void*, std::size_t, DataType) override {}
+  void barrier() override {}
+
+ private:
+  int broadcasts_ = 0;
+};
+
+// A sync that fails after the small items came: restore() puts them back, and the commit
+// count with them (it went on saying rank 0's 100 over this rank's commit-3 data, and
+// that count names durable checkpoint files and schedules them).
+TEST(ElasticState, ASyncThatFailsPartWayLeavesTheCommitCountWithTheData) {
+  Context ctx(std::make_unique<SyncBreaksAfterTheSmallItems>());
+  std::int64_t small = 0;
+  std::vector<std::uint8_t> large(128 * 1024);
+  ElasticHooks hooks = quiet_hooks();
+  hooks.hosts_updated = [] { return false; };
+  State st(ctx, hooks);
+  st.track_value("small", small);
+  st.track("large", std::span<std::uint8_t>(large));
+  for (int i = 1; i <= 3; ++i) {
+    small = i;
+    st.commit();
+  }
+  EXPECT_THROW(st.sync(), WorkersFailed);
+  st.restore();
+  EXPECT_EQ(small, 3);
+  EXPECT_EQ(st.commits(), 3u);
+}
+
 // Without a communicator (abandoned, or a re-join that failed) a collective is an Error,
 // not a crash.
 TEST(ElasticState, AnAbandonedContextHasNoCommunicator) {

@@ -113,7 +113,7 @@ struct State::Impl {
   void save_durable();
   std::string restore_durable();
   void check_layout(const std::string& restore_error);
-  void broadcast_small();
+  std::uint64_t broadcast_small();
   void broadcast_large();
 };
 
@@ -165,8 +165,10 @@ void State::Impl::check_layout(const std::string& restore_error) {
 }
 
 // The commit counter and every small item, packed in registration order into one
-// buffer that rank 0 fills and the others unpack after a single broadcast.
-void State::Impl::broadcast_small() {
+// buffer that rank 0 fills and the others unpack after a single broadcast. Returns rank
+// 0's commit count, which sync() takes only once every item has arrived (restore()
+// after a failed sync puts the items back, and the count must go with them).
+std::uint64_t State::Impl::broadcast_small() {
   std::size_t total = sizeof commits;
   for (const Item& it : items)
     if (it.bytes <= kCoalesceBytes) total += it.bytes;
@@ -182,14 +184,16 @@ void State::Impl::broadcast_small() {
     }
   }
   ctx.comm().broadcast(pack.data(), pack.size(), DataType::u8, 0);
-  if (root) return;
-  std::memcpy(&commits, pack.data(), sizeof commits);
+  if (root) return commits;
+  std::uint64_t received = 0;
+  std::memcpy(&received, pack.data(), sizeof received);
   std::size_t at = sizeof commits;
   for (const Item& it : items) {
     if (it.bytes > kCoalesceBytes) continue;
     move(it.data, pack.data() + at, it.bytes, it.on_device);
     at += it.bytes;
   }
+  return received;
 }
 
 // Host items are broadcast in place. Device items travel through host staging (see
@@ -271,8 +275,9 @@ void State::sync() {
   std::string restore_error;
   if (impl_->durable && !impl_->holds_state && impl_->ctx.comm().rank() == 0) restore_error = impl_->restore_durable();
   impl_->check_layout(restore_error);
-  impl_->broadcast_small();
+  std::uint64_t commits = impl_->broadcast_small();
   impl_->broadcast_large();
+  impl_->commits = commits;
   impl_->snapshot();
   impl_->holds_state = true;
 }
