@@ -180,6 +180,33 @@ TEST(DurableState, AnotherProgramsCheckpointStopsEveryRank) {
   }
 }
 
+// Same names and sizes, another element type: rank 0's message says which differs.
+TEST(DurableState, AnItemOfAnotherTypeIsNamedWithItsType) {
+  CheckpointEnv env("1", "0");
+  train(env, 1, 1);
+  std::vector<std::string> said(2);
+  try {
+    run_contexts(2, "retyped/", [&](int r, Context& ctx) {
+      std::vector<std::int64_t> w(1000, -1);  // 8000 bytes, as the checkpoint's doubles
+      std::int64_t step = -1;
+      State st(ctx, quiet_hooks());
+      st.track("weights", std::span(w));
+      st.track_value("step", step);
+      try {
+        st.sync();
+      } catch (const Error& e) {
+        said[r] = e.what();
+        throw;
+      }
+    });
+    ADD_FAILURE() << "restored a checkpoint of another type";
+  } catch (const Error&) {
+  }
+  EXPECT_NE(said[0].find("(weights:8000:f64, step:8:u8) than this program (weights:8000:i64, step:8:u8)"),
+            std::string::npos)
+      << said[0];
+}
+
 // Rank 0 of a later epoch holds the state already: it must not go back to the file.
 TEST(DurableState, AWorkerHoldingStateDoesNotReload) {
   CheckpointEnv env("1", "0");

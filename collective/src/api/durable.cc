@@ -84,10 +84,10 @@ void Durable::writer() {
     if (written) {
       ER_LOG(collective, info, "durable checkpoint of commit {} ({} bytes) in {} ms: {}", job.manifest.commit,
              job.payload.size(), took.count(), *written);
-      tell(msg::CheckpointEvent::saved, job.manifest.commit, job.payload.size(), took, *written, "");
+      tell(msg::CheckpointEvent::saved, job.manifest.epoch, job.manifest.commit, job.payload.size(), took, *written, "");
     } else {
       ER_LOG(collective, error, "durable checkpoint of commit {} failed: {}", job.manifest.commit, written.error());
-      tell(msg::CheckpointEvent::failed, job.manifest.commit, job.payload.size(), took, cfg_.dir, written.error());
+      tell(msg::CheckpointEvent::failed, job.manifest.epoch, job.manifest.commit, job.payload.size(), took, cfg_.dir, written.error());
     }
     lock.lock();
     spare_ = std::move(job.payload);
@@ -101,12 +101,14 @@ void Durable::drain() {
   cv_.wait(lock, [&] { return !busy_; });
 }
 
-void Durable::tell(msg::CheckpointEvent event, std::uint64_t commit, std::uint64_t bytes,
+// Also called by the writer thread: everything it says comes in the arguments (the
+// Context may be re-joining meanwhile, or gone).
+void Durable::tell(msg::CheckpointEvent event, std::uint64_t epoch, std::uint64_t commit, std::uint64_t bytes,
                    std::chrono::milliseconds took, const std::string& path, const std::string& detail) {
   if (!notify_) return;
   msg::CheckpointNote n;
   n.event = event;
-  n.epoch = epoch();
+  n.epoch = epoch;
   n.commit = commit;
   n.bytes = bytes;
   n.millis = static_cast<std::uint32_t>(std::min<long long>(took.count(), UINT32_MAX));
@@ -120,7 +122,7 @@ std::optional<ckpt::Loaded> Durable::load(const std::string& kind, const std::ve
   auto found = ckpt::newest(cfg_.dir);
   for (const auto& [path, why] : found.skipped) {
     ER_LOG(collective, warn, "skipping checkpoint {}", why);
-    tell(msg::CheckpointEvent::skipped, ckpt::commit_of(path.substr(path.rfind('/') + 1)).value_or(0), 0, {}, path,
+    tell(msg::CheckpointEvent::skipped, epoch(), ckpt::commit_of(path.substr(path.rfind('/') + 1)).value_or(0), 0, {}, path,
          why);
   }
   if (!found.loaded) return std::nullopt;
@@ -130,8 +132,12 @@ std::optional<ckpt::Loaded> Durable::load(const std::string& kind, const std::ve
                 "': it is another program's (use another --checkpoint-dir)");
   if (!items.empty() && m.items != items) {
     std::string want, got;
-    for (const auto& it : items) want += (want.empty() ? "" : ", ") + it.name + ":" + std::to_string(it.bytes);
-    for (const auto& it : m.items) got += (got.empty() ? "" : ", ") + it.name + ":" + std::to_string(it.bytes);
+    auto describe = [](const ckpt::Item& it) {
+      return it.name + ":" + std::to_string(it.bytes) + ":" +
+             (it.type <= static_cast<std::uint32_t>(DataType::i64) ? name_of(static_cast<DataType>(it.type)) : "?");
+    };
+    for (const auto& it : items) want += (want.empty() ? "" : ", ") + describe(it);
+    for (const auto& it : m.items) got += (got.empty() ? "" : ", ") + describe(it);
     throw Error("checkpoint " + found.loaded->path + " tracks other items (" + got + ") than this program (" + want +
                 "): it is another program's (use another --checkpoint-dir)");
   }
@@ -140,7 +146,7 @@ std::optional<ckpt::Loaded> Durable::load(const std::string& kind, const std::ve
   auto took = std::chrono::duration_cast<std::chrono::milliseconds>(last_time_ - start);
   ER_LOG(collective, info, "restored commit {} (epoch {}) from {} in {} ms", m.commit, m.epoch, found.loaded->path,
          took.count());
-  tell(msg::CheckpointEvent::restored, m.commit, m.payload_bytes, took, found.loaded->path, "");
+  tell(msg::CheckpointEvent::restored, epoch(), m.commit, m.payload_bytes, took, found.loaded->path, "");
   return std::move(found.loaded);
 }
 

@@ -76,7 +76,8 @@ class Durable {
     std::vector<std::byte> payload;
   };
   void writer();
-  void tell(msg::CheckpointEvent event, std::uint64_t commit, std::uint64_t bytes, std::chrono::milliseconds took,
+  void tell(msg::CheckpointEvent event, std::uint64_t epoch, std::uint64_t commit, std::uint64_t bytes,
+            std::chrono::milliseconds took,
             const std::string& path, const std::string& detail);
   std::uint64_t epoch() const;
 
