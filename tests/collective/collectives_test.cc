@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <thread>
+
 #include <atomic>
 #include <numeric>
 #include <string>
@@ -324,6 +326,32 @@ TEST(Hierarchical, AllreduceEveryTypeAndOpOnUnevenHosts) {
       allreduce_case(c, r, DataType::i64, ReduceOp::max, 300001, true);
     });
   }
+}
+
+// A rank that never comes is named by its job rank, not by its place in its host's
+// group: on hosts {2, 2}, rank 2 waits for rank 3 (its group's second).
+TEST(Hierarchical, ASharedMemoryTimeoutNamesTheJobRank) {
+  World w(4);
+  std::string said;
+  run_ranks(w, [&](int r) {
+    HostCommConfig c = on_hosts({2, 2}, r, Algorithm::hier);
+    c.timeout = std::chrono::seconds(2);
+    return c;
+  }, "hier-timeout/", [&](int r, Communicator& c) {
+    int y = r;
+    c.allreduce(&y, &y, 1, DataType::i32, ReduceOp::sum);  // every rank: the groups are made
+    if (r == 3) {
+      std::this_thread::sleep_for(std::chrono::seconds(3));  // never takes part, until the others gave up
+      return;
+    }
+    int x = r;
+    try {
+      c.allreduce(&x, &x, 1, DataType::i32, ReduceOp::sum);
+    } catch (const Error& e) {
+      if (r == 2) said = e.what();
+    }
+  });
+  EXPECT_NE(said.find("timed out waiting for rank 3 (shared memory)"), std::string::npos) << said;
 }
 
 // Forced hier where it cannot apply says why, on every rank.

@@ -289,6 +289,7 @@ class HostCommunicator final : public elasticrun::Communicator {
     ShmGroup::Options o;
     o.rank = group_rank;
     o.size = group_size;
+    o.first_rank = cfg_.rank - group_rank;  // a host's ranks are consecutive
     o.blocking = blocking_;
     o.dir = cfg_.shm_dir ? *cfg_.shm_dir : env_or("UCX_POSIX_DIR", "");  // the worker's own, under a daemon
     o.slot_bytes = slot;

@@ -189,7 +189,7 @@ void ShmGroup::wait_for(int q, std::uint32_t target, Clock::time_point deadline,
       abort.check();
       auto now = Clock::now();
       if (now >= deadline)
-        throw TimeoutError(std::string(what) + ": timed out waiting for rank " + std::to_string(q) +
+        throw TimeoutError(std::string(what) + ": timed out waiting for rank " + std::to_string(opts_.first_rank + q) +
                            " (shared memory)");
       if (idle && yield_until == Clock::time_point{}) yield_until = now + kYieldWindow;
       if (idle && now < yield_until) {

@@ -35,6 +35,7 @@ class ShmGroup {
  public:
   struct Options {
     int rank = 0, size = 1;
+    int first_rank = 0;  // the job rank of group rank 0 (members are consecutive): what errors name
     std::size_t slot_bytes = 256 * 1024;  // one slot; rounded up to whole pages
     // Allreduce: vectors up to this many bytes take the one-barrier path. Part of
     // the group, not of each rank's settings: ranks that chose differently would
