@@ -154,6 +154,7 @@ void EpochController::worker_started(const std::string& host, std::uint32_t slot
   Worker* w = retired_.count(p) ? &retired_.at(p) : worker(p);
   if (!w || w->spawn_pending || w->held || w->pid != 0) return;
   w->pid = pid;
+  started_on_.insert(host);
   emit("worker_started",
        {{"host", host}, {"slot", slot}, {"rank", w->rank}, {"pid", pid}, {"epoch", assignment_.epoch}});
 }
@@ -230,9 +231,16 @@ void EpochController::worker_exited(const std::string& host, const msg::Exited& 
   reconcile(now);
 }
 
-void EpochController::spawn_failed(const std::string& host, std::uint32_t slot, const std::string& why) {
+void EpochController::spawn_failed(const std::string& host, std::uint32_t slot, const std::string& why,
+                                   TimePoint now) {
   Worker* w = worker(Place{host, static_cast<int>(slot)});
-  // A program that cannot start anywhere is not a host problem: fail at once.
+  // A program that cannot start anywhere is not a host problem: fail at once. Once it
+  // has started on another host, an elastic job takes it for this host's (a node whose
+  // environment is not ready, a full process table) and goes on without the host.
+  bool elsewhere = std::any_of(started_on_.begin(), started_on_.end(), [&](const auto& h) { return h != host; });
+  if (w && cfg_.elastic && !cfg_.max_restarts && elsewhere)
+    return worker_failed({host, -1}, {Failure::Kind::spawn_failed, fmt::format("could not start rank {}: {}", w->rank, why)},
+                         now);
   end(exit_code::kLaunchFailed, fmt::format("cannot start rank {} on host '{}': {}", w ? w->rank : -1, host, why));
 }
 

@@ -147,7 +147,7 @@ class EpochController {
   void epoch_abandoned(const rendezvous::WorkerPlace& p, std::uint64_t epoch, TimePoint now);
   // From the daemons.
   void worker_exited(const std::string& host, const msg::Exited& e, TimePoint now);
-  void spawn_failed(const std::string& host, std::uint32_t slot, const std::string& why);
+  void spawn_failed(const std::string& host, std::uint32_t slot, const std::string& why, TimePoint now);
   // Rank 0's daemon reserved `port` for `epoch` (0: it could not, for `error`).
   // `store`: torch's store listens on the port, hosted by the daemon (its workers then
   // get TORCHELASTIC_USE_AGENT_STORE=True).
@@ -200,7 +200,7 @@ class EpochController {
   // Why a worker (or a whole host) is failed. The kind decides what happens; the text
   // is for people.
   struct Failure {
-    enum class Kind { exited, connection_lost, join_timeout, daemon_lost, worker_timeout } kind;
+    enum class Kind { exited, connection_lost, join_timeout, daemon_lost, worker_timeout, spawn_failed } kind;
     std::string text;
   };
 
@@ -274,6 +274,7 @@ class EpochController {
   // not join is late. Until then (a torchrun script) nobody is waited for, except in an
   // elastic job that recovers in process, which needs the library.
   bool joined_any_ = false;
+  std::set<std::string> started_on_;  // hosts where a worker of this job has started
   int resets_ = 0;
   int restarts_ = 0;
   int exit_code_ = -1;

@@ -86,7 +86,7 @@ void EpochController::blacklist(const std::string& host, const Failure& why, Tim
   auto cooldown = membership_.blacklist(host, now);
   cooldown_end_ = membership_.next_expiry(now);
   static constexpr const char* kCause[] = {"exited", "connection_lost", "join_timeout", "daemon_lost",
-                                           "worker_timeout"};
+                                           "worker_timeout", "spawn_failed"};
   emit("host_blacklisted", {{"host", host}, {"reason", why.text}, {"cause", kCause[static_cast<int>(why.kind)]},
                             {"cooldown_s", cooldown ? cooldown->count() / 1000.0 : -1.0}});
 }

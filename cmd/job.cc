@@ -164,7 +164,7 @@ DaemonEvents Job::daemon_events() {
     maybe_done();
   };
   ev.on_spawn_failed = [this](const std::string& host, const msg::SpawnFailed& f) {
-    feed([host, f](EpochController& c, TimePoint) { c.spawn_failed(host, f.slot, f.message); });
+    feed([host, f](EpochController& c, TimePoint now) { c.spawn_failed(host, f.slot, f.message, now); });
   };
   ev.on_port_reserved = [this](const std::string& host, const msg::PortReserved& r) {
     feed([host, r](EpochController& c, TimePoint) {

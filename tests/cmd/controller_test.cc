@@ -483,6 +483,42 @@ TEST(Controller, ADaemonThatCannotStartFailsItsHost) {
   EXPECT_EQ(g.c.exit_code(), exit_code::kWorkerFailed);
 }
 
+// A program that cannot start on a host added later (its environment not ready there),
+// when it runs on the others: the host is blacklisted and the elastic job goes on. A
+// program that has started nowhere else still ends the job at once (exit 3).
+TEST(Controller, AnElasticJobGoesOnWithoutAHostWhereTheProgramCannotStart) {
+  Driver d(elastic(1));
+  d.c.use_hosts({{"a", 1}, {"b", 1}}, t0());
+  d.start_and_join_all();
+  d.drain();
+  d.c.hosts_changed({{"a", 1}, {"b", 1}, {"c", 1}}, t0() + 1s);
+  ASSERT_EQ(d.c.assignment().epoch, 2u);
+  d.drain();
+  d.c.spawn_failed("c", 0, "cannot execute 'train': No such file or directory", t0() + 2s);
+  auto cmds = d.drain();
+  ASSERT_FALSE(d.c.finished()) << Driver::said(cmds);
+  const auto* bl = Driver::event(cmds, "host_blacklisted");
+  ASSERT_NE(bl, nullptr);
+  EXPECT_EQ(bl->fields.at("host"), "c");
+  EXPECT_EQ(bl->fields.at("cause"), "spawn_failed");
+  EXPECT_NE(Driver::said(cmds).find("host 'c' could not start rank 2: cannot execute 'train'"), std::string::npos)
+      << Driver::said(cmds);
+  EXPECT_EQ(d.c.assignment().find("c", 0), nullptr);
+
+  Driver f(elastic(1));
+  f.c.use_hosts({{"a", 1}, {"b", 1}}, t0());
+  f.drain();
+  f.c.spawn_failed("b", 0, "cannot execute 'train'", t0() + 1s);  // nothing started yet anywhere
+  ASSERT_TRUE(f.c.finished());
+  EXPECT_EQ(f.c.exit_code(), exit_code::kLaunchFailed);
+  Driver g(fixed(2));
+  g.c.use_hosts({{"a", 1}, {"b", 1}}, t0());
+  g.start_all();
+  g.c.spawn_failed("b", 0, "cannot execute 'train'", t0() + 1s);  // fixed: never a host's fault
+  ASSERT_TRUE(g.c.finished());
+  EXPECT_EQ(g.c.exit_code(), exit_code::kLaunchFailed);
+}
+
 // A place removed and listed again gets its new worker only after the old one exited:
 // at most one process per place.
 TEST(Controller, APlaceListedAgainWaitsForItsStoppingWorker) {
