@@ -120,8 +120,10 @@ Result<std::size_t> find_command(const po::options_description& d, int argc, con
 
 Result<std::chrono::milliseconds> seconds(const po::variables_map& vm, const char* name, bool allow_zero = false) {
   double v = vm[name].as<double>();
-  if (!(v >= 0 && v < 1e7) || (!allow_zero && v == 0))
-    return fail(fmt::format("--{} must be a {} number of seconds", name, allow_zero ? "non-negative" : "positive"));
+  // Below a millisecond a positive value would become 0: an instant timeout.
+  if (!(v >= 0 && v < 1e7) || (!allow_zero && !(v >= 0.001)))
+    return fail(fmt::format("--{} must be a {} number of seconds{}", name, allow_zero ? "non-negative" : "positive",
+                            allow_zero ? "" : " (at least 0.001)"));
   return std::chrono::milliseconds(static_cast<long long>(v * 1000));
 }
 
@@ -149,8 +151,9 @@ Result<void> parse_elastic(const po::variables_map& vm, Options& o) {
   }
   if (vm.count("blacklist-cooldown-range")) {
     auto r = vm["blacklist-cooldown-range"].as<std::vector<double>>();
-    if (r.size() != 2 || !(r[0] > 0) || !(r[1] >= r[0]) || r[1] > 1e7)
-      return fail("--blacklist-cooldown-range takes two numbers of seconds, MIN MAX, with 0 < MIN <= MAX");
+    if (r.size() != 2 || !(r[0] >= 0.001) || !(r[1] >= r[0]) || r[1] > 1e7)
+      return fail("--blacklist-cooldown-range takes two numbers of seconds, MIN MAX, with 0 < MIN <= MAX "
+                  "(MIN at least 0.001)");
     o.blacklist_cooldown = {std::chrono::milliseconds(static_cast<long long>(r[0] * 1000)),
                             std::chrono::milliseconds(static_cast<long long>(r[1] * 1000))};
   }

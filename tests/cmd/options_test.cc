@@ -187,6 +187,11 @@ TEST(Options, BadElasticFlags) {
       {{"--blacklist-cooldown-range", "5", "1", "prog"}, "MIN <= MAX"},
       {{"--blacklist-cooldown-range", "0", "1", "prog"}, "0 < MIN"},
       {{"--discovery-interval", "0", "--min-np", "1", "prog"}, "positive"},
+      // a positive value under a millisecond would be 0 ms: an instant timeout
+      {{"--elastic-timeout", "0.0004", "--min-np", "1", "prog"}, "--elastic-timeout must be a positive number of "
+                                                                   "seconds (at least 0.001)"},
+      {{"--rendezvous-timeout", "0.0009", "--min-np", "1", "prog"}, "(at least 0.001)"},
+      {{"--blacklist-cooldown-range", "0.0001", "0.0001", "prog"}, "MIN at least 0.001"},
       {{"--reset-limit", "-1", "--min-np", "1", "prog"}, "--reset-limit"},
       {{"--host-discovery-script", "x", "-H", "a", "prog"}, "not both"},
   };
