@@ -689,6 +689,23 @@ def test_daemon_rejects_a_preload_name_that_is_no_module_name(job, name):
     assert not [p for p in our_processes(job.tag) if p != d.pid]
 
 
+def stdio_daemon_running(job, command):
+    """An `elasticrund --stdio` whose driver (this test, through its pipes) set a 300 ms
+    heartbeat and a 1.5 s host timeout and started `command` as one worker, running."""
+    d = subprocess.Popen([str(ELASTICRUND), "--stdio"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, env=job.env())
+    d.stdin.write(spawn_frames(command, heartbeat_ms=300, timeout_ms=1500))
+    d.stdin.flush()
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and not [p for p in our_processes(job.tag) if p != d.pid]:
+        time.sleep(0.05)
+    if not [p for p in our_processes(job.tag) if p != d.pid]:
+        d.kill()
+        d.wait(timeout=10)
+        raise AssertionError("the worker did not start")
+    return d
+
+
 @pytest.mark.parametrize("beating", [True, False])
 def test_daemon_stops_workers_when_the_driver_falls_silent(job, beating):
     """The config sets the heartbeat (300 ms here) and the host timeout (1.5 s here; the
@@ -696,15 +713,8 @@ def test_daemon_stops_workers_when_the_driver_falls_silent(job, beating):
     and exits, as it does when its channel closes. A cut link that never comes back
     shows no error on the daemon's side. The daemon beats too, so that the driver can
     tell a silent host from a quiet one."""
-    d = subprocess.Popen([str(ELASTICRUND), "--stdio"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, env=job.env())
+    d = stdio_daemon_running(job, ["/bin/sleep", "60"])
     try:
-        d.stdin.write(spawn_frames(["/bin/sleep", "60"], heartbeat_ms=300, timeout_ms=1500))
-        d.stdin.flush()
-        deadline = time.monotonic() + 5
-        while time.monotonic() < deadline and not [p for p in our_processes(job.tag) if p != d.pid]:
-            time.sleep(0.05)
-        assert [p for p in our_processes(job.tag) if p != d.pid], "the worker did not start"
         t0 = time.monotonic()
         while time.monotonic() - t0 < 4:
             if beating:
@@ -737,15 +747,8 @@ def test_a_stopping_daemon_gives_up_a_driver_that_reads_nothing(job):
     is 100 ms here) the host timeout (1.5 s) bounds the wait for the driver to read; the
     daemon then drops what is left and ends, with the shutdown's status. It used to wait
     for ever, its dead worker's pipes never read to their end."""
-    d = subprocess.Popen([str(ELASTICRUND), "--stdio"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, env=job.env())
+    d = stdio_daemon_running(job, ["/usr/bin/yes", "flood"])
     try:
-        d.stdin.write(spawn_frames(["/usr/bin/yes", "flood"], heartbeat_ms=300, timeout_ms=1500))
-        d.stdin.flush()
-        deadline = time.monotonic() + 5
-        while time.monotonic() < deadline and not [p for p in our_processes(job.tag) if p != d.pid]:
-            time.sleep(0.05)
-        assert [p for p in our_processes(job.tag) if p != d.pid], "the worker did not start"
         time.sleep(0.5)  # far more than `yes` needs to fill the pipe and the 1 MiB held
         d.stdin.write(frame(33, struct.pack("<I", 100)))  # Shutdown, grace 100 ms
         d.stdin.flush()
