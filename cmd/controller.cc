@@ -169,10 +169,21 @@ void EpochController::worker_joined(const rendezvous::WorkerPlace& p, std::uint6
     Worker* x = worker(Place{r.host, r.slot});
     if (!x || x->joined_epoch != epoch) return;
   }
-  // Every member joined: the epoch's sync gives each of them rank 0's state.
-  for (const auto& r : assignment_.workers) worker(Place{r.host, r.slot})->synced = true;
+  // Every member joined: the epoch formed. Its members hold the job's state once their
+  // sync reports (worker_synced); until the job's first report, forming is what counts.
+  for (const auto& r : assignment_.workers) worker(Place{r.host, r.slot})->formed = true;
   state_formed_ = true;
   emit("epoch_joined", {{"epoch", epoch}, {"size", assignment_.size()}});
+}
+
+void EpochController::worker_synced(const rendezvous::WorkerPlace& p, std::uint64_t epoch, std::uint64_t commits) {
+  Worker* w = worker(p);
+  if (!w) return;
+  w->synced = true;
+  syncs_reported_ = true;
+  state_formed_ = true;
+  emit("state_synced",
+       {{"host", p.host}, {"slot", p.slot}, {"rank", p.rank}, {"epoch", epoch}, {"commits", commits}});
 }
 
 void EpochController::worker_lost(const rendezvous::WorkerPlace& p, TimePoint now) {

@@ -140,6 +140,9 @@ class EpochController {
   void worker_started(const std::string& host, std::uint32_t slot, int pid);
   // From the rendezvous server; `p.started_epoch` says which process it is.
   void worker_joined(const rendezvous::WorkerPlace& p, std::uint64_t epoch);
+  // Its elastic state finished a sync in `epoch`, at `commits` commits: it holds the job's
+  // state from now on (the holder rule, below).
+  void worker_synced(const rendezvous::WorkerPlace& p, std::uint64_t epoch, std::uint64_t commits);
   void worker_lost(const rendezvous::WorkerPlace& p, TimePoint now);  // its connection closed
   // It sent nothing, not even a heartbeat, for `silent` (>= --worker-timeout): the server
   // closed its connection. Failed like a worker that died: the process is killed.
@@ -194,7 +197,8 @@ class EpochController {
     bool failed = false;         // retired for its own failure: its error file tells why
     bool exited = false;         // its exit was reported
     bool exited_ok = false;      // finished with status 0
-    bool synced = false;         // was a member of an epoch that formed: holds the job's state
+    bool formed = false;         // was a member of an epoch that formed (every member joined)
+    bool synced = false;         // its library reported a completed sync of the elastic state
     std::optional<TimePoint> kill_at;  // retired with SIGTERM: SIGKILL then
   };
   // Why a worker (or a whole host) is failed. The kind decides what happens; the text
@@ -227,6 +231,7 @@ class EpochController {
   std::vector<Place> not_joined() const;
   void join_timeout(TimePoint now);
   void wait_for_slots(TimePoint now);
+  std::string beyond_recovery(TimePoint now) const;
   void slots_back(TimePoint now);
   std::set<Place> alive() const;
   bool all_finished() const;
@@ -264,6 +269,19 @@ class EpochController {
   // An epoch formed: the job has state, which a new epoch must take from a worker that
   // holds it (or, with --checkpoint-dir, from the newest checkpoint).
   bool state_formed_ = false;
+  // The holder rule: which workers hold the job's committed state, so that one of them is
+  // rank 0 of the next epoch, whose sync gives it to the others. A worker holds it once
+  // its library reported a completed sync (worker_synced), not when it joined: one that
+  // joined a grown epoch and lost its rank 0 before the sync reached it holds only its
+  // initial state, and as rank 0 it would send that to everyone, losing every commit.
+  // Until the first report of the job (a program that keeps no elastic State, or before
+  // its first sync ended, when nothing was committed yet) the members of an epoch that
+  // formed count, as they always have.
+  bool syncs_reported_ = false;
+  // The hosts came from -H or --hostfile (use_hosts): the list never changes.
+  bool fixed_hosts_ = false;
+  std::map<std::string, std::string> ban_reasons_;  // why each blacklisted host was
+  bool holds_state(const Worker& w) const { return syncs_reported_ ? w.synced : w.formed; }
   std::string broken_reason_;
   // The port reserved for epoch port_epoch_ on its rank 0's host; spawns of an epoch
   // wait for its port (Worker::held).

@@ -7,18 +7,21 @@
 
 #include <algorithm>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <csignal>
 
 namespace elasticrun::cmd {
 
 void EpochController::use_hosts(std::vector<discovery::Host> hosts, TimePoint now) {
+  fixed_hosts_ = true;
   membership_.set_discovered(std::move(hosts));
   reconcile(now);
 }
 
 void EpochController::hosts_changed(const std::vector<discovery::Host>& hosts, TimePoint now) {
   if (finished()) return;
+  fixed_hosts_ = false;
   std::map<std::string, int> before, after;
   for (const auto& h : membership_.discovered()) before[h.name] = h.slots;
   for (const auto& h : hosts) after[h.name] = h.slots;
@@ -85,6 +88,7 @@ void EpochController::worker_failed(const Place& p, const Failure& why, TimePoin
 void EpochController::blacklist(const std::string& host, const Failure& why, TimePoint now) {
   auto cooldown = membership_.blacklist(host, now);
   cooldown_end_ = membership_.next_expiry(now);
+  ban_reasons_[host] = why.text;
   static constexpr const char* kCause[] = {"exited", "connection_lost", "join_timeout", "daemon_lost",
                                            "worker_timeout", "spawn_failed"};
   emit("host_blacklisted", {{"host", host}, {"reason", why.text}, {"cause", kCause[static_cast<int>(why.kind)]},
@@ -126,7 +130,7 @@ void EpochController::reconcile(TimePoint now) {
   if (assignment_.epoch > 0 && !epoch_broken_ && !membership_.changed(assignment_, live, now)) return slots_back(now);
   std::set<Place> holders;
   for (const auto& [p, w] : workers_)
-    if (w.synced && live.count(p)) holders.insert(p);
+    if (holds_state(w) && live.count(p)) holders.insert(p);
   auto plan = membership_.plan(assignment_, live, now, holders);
   if (!plan) return wait_for_slots(now);
   // The workers kept may all be ones that never joined an epoch that formed (started
@@ -188,7 +192,7 @@ void EpochController::finish_with_survivors(TimePoint now) {
   for (const auto& r : assignment_.workers) {
     auto it = workers_.find({r.host, r.slot});
     if (it == workers_.end() || it->second.exited_ok) continue;
-    (it->second.synced ? keep : stop).push_back({r.host, r.slot});
+    (holds_state(it->second) ? keep : stop).push_back({r.host, r.slot});
   }
   std::string reason = epoch_broken_ ? broken_reason_
                                      : fmt::format("a worker finished before epoch {} formed", assignment_.epoch);
@@ -291,7 +295,36 @@ void EpochController::join_timeout(TimePoint now) {
   }
 }
 
+// Why the slots an elastic job waits for can never come: no blacklisted host's cool-down
+// is pending (none was given, --blacklist-cooldown-range), and the host list is fixed or
+// discovery lists only hosts blacklisted for good. "" while a cool-down or discovery may
+// still bring slots (discovery listing nothing, or a usable host, may list more later).
+// Horovod ends such a job at once too; waiting --elastic-timeout would only delay it.
+std::string EpochController::beyond_recovery(TimePoint now) const {
+  if (!cfg_.elastic || cfg_.max_restarts || membership_.next_expiry(now)) return "";
+  const auto& listed = membership_.discovered();
+  std::vector<std::string> banned;
+  for (const auto& h : listed) {
+    if (!membership_.blacklisted(h.name, now)) {
+      if (!fixed_hosts_) return "";
+      continue;
+    }
+    auto why = ban_reasons_.find(h.name);
+    banned.push_back(fmt::format("'{}': {}", h.name, why == ban_reasons_.end() ? "failed" : why->second));
+  }
+  if (banned.empty()) return "";
+  std::string hosts = fmt::format("{}", fmt::join(banned, "; "));
+  if (!fixed_hosts_)
+    return fmt::format("every host discovery lists is blacklisted and none can come back (no "
+                       "--blacklist-cooldown-range): {}",
+                       hosts);
+  return fmt::format("the fixed host list has {} usable slots of the {} needed, and its blacklisted hosts cannot "
+                     "come back (no --blacklist-cooldown-range): {}",
+                     membership_.usable_slots(now), cfg_.min_np, hosts);
+}
+
 void EpochController::wait_for_slots(TimePoint now) {
+  if (auto why = beyond_recovery(now); !why.empty()) return end(exit_code::kWorkerFailed, why);
   // After a failure the current epoch cannot go on: interrupt it (once), and let the
   // survivors wait in rejoin; also when the failure comes while the job already waits
   // for a dip in discovered hosts to end. A mere dip leaves the running epoch alone: if

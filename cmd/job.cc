@@ -91,6 +91,9 @@ Result<void> Job::start() {
   cb.on_worker_joined = [this](const rendezvous::WorkerPlace& p, std::uint64_t e) {
     feed([p, e](EpochController& c, TimePoint) { c.worker_joined(p, e); });
   };
+  cb.on_synced = [this](const rendezvous::WorkerPlace& p, std::uint64_t e, std::uint64_t commits) {
+    feed([p, e, commits](EpochController& c, TimePoint) { c.worker_synced(p, e, commits); });
+  };
   cb.on_epoch_abandoned = [this](const rendezvous::WorkerPlace& p, std::uint64_t e) {
     feed([p, e](EpochController& c, TimePoint now) { c.epoch_abandoned(p, e, now); });
   };

@@ -408,6 +408,14 @@ Result<ParseOutcome> parse_options(int argc, const char* const* argv) {
     if (o.min_np == 0) o.min_np = std::max(1, o.np);
     if (o.max_np > 0 && o.max_np < o.min_np)
       return fail(fmt::format("--max-np {} is below --min-np {}", o.max_np, o.min_np));
+    // A fixed host list never offers more than it does now: waiting --elastic-timeout
+    // for slots it cannot have would only delay the same failure.
+    int offered = 0;
+    for (const auto& h : o.hosts) offered += h.slots;
+    if (!o.discovered() && o.min_np > offered)
+      return fail(fmt::format("--min-np {} but the hosts offer only {} slots (a fixed host list; give a "
+                              "--host-discovery-script for hosts that come later)",
+                              o.min_np, offered));
   }
   double st = vm["start-timeout"].as<double>();
   if (!(st > 0 && st < 1e6)) return fail("--start-timeout must be a positive number of seconds");

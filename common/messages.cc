@@ -91,6 +91,7 @@ const char* type_name(std::uint8_t type) {
     case kReport: return "report";
     case kReportReply: return "report-reply";
     case kCheckpointNote: return "checkpoint-note";
+    case kSynced: return "synced";
     case kConfig: return "config";
     case kSpawn: return "spawn";
     case kKill: return "kill";

@@ -17,7 +17,7 @@ enum Type : std::uint8_t {
   kHello = 1, kAuth, kAuthOk, kError,
   // worker <-> rendezvous server
   kJoin = 10, kJoinOk, kKvSet, kKvGet, kKvValue, kBarrier, kOk, kNotify, kLeave, kRejoin, kReport, kReportReply,
-  kCheckpointNote = 28,
+  kCheckpointNote = 28, kSynced,
   // driver <-> daemon
   kConfig = 30, kSpawn, kKill, kShutdown, kReady, kStarted, kOutput, kExited, kSpawnFailed, kHeartbeat,
   kReservePort, kPortReserved,
@@ -183,6 +183,17 @@ struct CheckpointNote {
     e.u8(static_cast<std::uint8_t>(event)).u64(epoch).u64(commit).u64(bytes).u32(millis).str(path).str(detail);
   }
   static CheckpointNote decode(wire::Decoder& d);
+};
+
+// A worker's elastic state finished a sync (State::sync, or the Python package's): from
+// now on it holds the job's committed state, `commits` of them, and may be rank 0 of a
+// later epoch that must carry that state on. No reply. Before this, a worker that joined
+// holds only what it started with (cmd/controller.h: the holder rule).
+struct Synced {
+  static constexpr Type kType = kSynced;
+  std::uint64_t commits = 0;
+  void encode(wire::Encoder& e) const { e.u64(commits); }
+  static Synced decode(wire::Decoder& d) { return {d.u64()}; }
 };
 
 // ---- driver <-> daemon ----

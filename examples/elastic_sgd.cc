@@ -60,6 +60,7 @@ struct Options {
   std::int64_t fail_at_step = -1;
   int fail_rank = 0;
   int fail_signal = 0;  // 0: exit(1)
+  int reset_ms = 0;     // rank 0 of a new epoch waits this long before its sync
   bool fail_in_commit = false;  // at step S's commit, after its allreduce, not before the step
 };
 
@@ -78,7 +79,8 @@ struct Model {
 const char* kUsage =
     "usage: elastic_sgd [--steps N] [--dim D] [--batch B] [--commit-every K] [--seed S]\n"
     "                   [--step-ms M] [--reference] [--progress-file F] [--report]\n"
-    "                   [--fail-at-step S --fail-rank R [--fail-signal SIG] [--fail-in-commit]]\n";
+    "                   [--fail-at-step S --fail-rank R [--fail-signal SIG] [--fail-in-commit]]\n"
+    "                   [--reset-ms M]\n";
 
 [[noreturn]] void usage_error(const std::string& why) {
   std::fprintf(stderr, "elastic_sgd: %s\n%s", why.c_str(), kUsage);
@@ -113,6 +115,7 @@ Options parse(int argc, char** argv) {
     else if (f == "--fail-at-step") o.fail_at_step = parse_int(f, v, 0);
     else if (f == "--fail-rank") o.fail_rank = static_cast<int>(parse_int(f, v, 0));
     else if (f == "--fail-signal") o.fail_signal = static_cast<int>(parse_int(f, v, 0));
+    else if (f == "--reset-ms") o.reset_ms = static_cast<int>(parse_int(f, v, 0));
     else usage_error("unknown flag: " + f);
   }
   if (o.dim > 1 << 20 || o.batch > 1 << 24) usage_error("--dim or --batch is too large");
@@ -279,10 +282,14 @@ int run_elastic(const Options& o, Model& m) {
     st.track_value("step", m.step);
     st.track_value("begun", m.begun);
     st.track_value("commit_log", m.log);
-    st.on_reset([&st] {
+    // Test hook (--reset-ms): the reset callbacks run after the re-join and before the
+    // sync, so rank 0 waiting here holds a formed epoch's newcomers in the sync, waiting
+    // for its state: the window in which a test kills it.
+    st.on_reset([&st, &o] {
       const auto& t = st.context().topology();
       std::printf("reset: size %d rank %d\n", t.size, t.rank);
       std::fflush(stdout);
+      if (t.rank == 0 && o.reset_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(o.reset_ms));
     });
     elasticrun::run(st, [&](elasticrun::State& s) { train(o, m, s); });
   }

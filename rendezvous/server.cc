@@ -274,6 +274,13 @@ void Server::on_checkpoint_note(const std::shared_ptr<Session>& s, const msg::Ch
   cb_.on_checkpoint(p, s->epoch(), n);
 }
 
+void Server::on_synced(const std::shared_ptr<Session>& s, const msg::Synced& m) {
+  const WorkerPlace& p = *s->place();
+  ER_LOG(rendezvous, debug, "rank {} on '{}' synced its state in epoch {} (commit {})", p.rank, p.host, s->epoch(),
+         m.commits);
+  if (cb_.on_synced) cb_.on_synced(p, s->epoch(), m.commits);
+}
+
 void Server::on_heard(Session& s) {
   if (liveness_) liveness_->heard(&s, LivenessClock::now());
 }

@@ -72,6 +72,9 @@ class Server : private SessionHost {
     // (ELASTICRUN_CHECKPOINT_DIR); `epoch` is the worker's. Path and detail are cut to
     // kMaxNoteText bytes.
     std::function<void(const WorkerPlace&, std::uint64_t epoch, const msg::CheckpointNote&)> on_checkpoint;
+    // A joined worker's elastic state finished its sync in `epoch` (the worker's): it
+    // holds the job's committed state, `commits` of them.
+    std::function<void(const WorkerPlace&, std::uint64_t epoch, std::uint64_t commits)> on_synced;
   };
   static constexpr std::size_t kMaxNoteText = 4096;
 
@@ -123,6 +126,7 @@ class Server : private SessionHost {
   void on_barrier(const std::shared_ptr<Session>& s, const msg::Barrier& m) override;
   void on_report(const std::shared_ptr<Session>& s, msg::Report m) override;
   void on_checkpoint_note(const std::shared_ptr<Session>& s, const msg::CheckpointNote& m) override;
+  void on_synced(const std::shared_ptr<Session>& s, const msg::Synced& m) override;
   void on_heard(Session& s) override;
   void on_leave(Session& s) override;
   void on_closed(const std::shared_ptr<Session>& s, bool clean) override;

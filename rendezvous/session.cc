@@ -95,6 +95,7 @@ void Session::handle(const Frame& f) {
     case msg::kReport: return host_.on_report(shared_from_this(), msg::parse<msg::Report>(f));
     case msg::kCheckpointNote:
       return host_.on_checkpoint_note(shared_from_this(), msg::parse<msg::CheckpointNote>(f));
+    case msg::kSynced: return host_.on_synced(shared_from_this(), msg::parse<msg::Synced>(f));
     case msg::kHeartbeat: msg::parse<msg::Heartbeat>(f); return;  // being heard was the point
     case msg::kLeave:
       msg::parse<msg::Leave>(f);

@@ -28,6 +28,7 @@ class SessionHost {
   virtual void on_barrier(const std::shared_ptr<Session>& s, const msg::Barrier& m) = 0;
   virtual void on_report(const std::shared_ptr<Session>& s, msg::Report m) = 0;
   virtual void on_checkpoint_note(const std::shared_ptr<Session>& s, const msg::CheckpointNote& m) = 0;
+  virtual void on_synced(const std::shared_ptr<Session>& s, const msg::Synced& m) = 0;
   // A joined worker sent a frame (any: a request, a heartbeat, a leave).
   virtual void on_heard(Session& s) = 0;
   // A joined worker said it is ending on purpose.

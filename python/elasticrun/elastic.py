@@ -111,9 +111,10 @@ class State:
 
     def _restore_durable(self):
         """At the start of every sync, with durable checkpoints on: a rank 0 holding no
-        state loads the newest intact checkpoint. Every rank then agrees, in one
-        allreduce, on whether that failed (all raise together) and on the commit count
-        (rank 0's: it names the checkpoint files, whichever worker writes them later)."""
+        state loads the newest intact checkpoint (its commit count with it: it names the
+        checkpoint files, whichever worker writes them later, and the sync then gives it to
+        every rank). Every rank then agrees, in one allreduce, on whether that failed, so
+        that all raise together."""
         if not _core.checkpoint_enabled():
             return
         error = ""
@@ -125,12 +126,20 @@ class State:
                     self.commits = loaded[0]
             except Exception as e:  # noqa: BLE001 - reported on every rank below
                 error = "%s: %s" % (type(e).__name__, e)
-        agreed = numpy.array([1 if error else 0, self.commits], dtype=numpy.int64)
-        _er.allreduce(agreed, op=_er.Max, out=agreed)
-        if agreed[0]:
+        failed = numpy.array([1 if error else 0], dtype=numpy.int64)
+        _er.allreduce(failed, op=_er.Max, out=failed)
+        if failed[0]:
             raise _er.ElasticrunError("cannot restore from the durable checkpoints: " +
                                       (error or "see rank 0's output"))
-        self.commits = int(agreed[1])
+
+    def _synced(self, commits):
+        """The end of a sync that completed: rank 0's commit count, taken only now that every
+        item has arrived (a sync that failed part-way leaves this rank's own count beside
+        its own restored state), and the driver told that this worker holds the job's state
+        (only from now on may it be rank 0 of a later epoch: the holder rule)."""
+        self.commits = commits
+        self._holds_state = True
+        _core.state_synced(commits)
 
 
 def _put(state, name, value):
@@ -170,15 +179,16 @@ class ObjectState(State):
 
     def sync(self):
         self._restore_durable()
-        self._sync_objects()
-        self._holds_state = True
+        self._synced(self._sync_objects())
 
     def _sync_objects(self):
-        if self._names:
-            self._saved_state = self._bcast_object(self._saved_state)
-            # This class's restore, not a subclass's: TorchState.restore would also put
-            # back its handlers' old snapshots over what their own sync just received.
-            ObjectState.restore(self)
+        """Broadcasts rank 0's committed attributes and commit count, puts the attributes
+        in place and returns the count."""
+        commits, self._saved_state = self._bcast_object((self.commits, self._saved_state))
+        # This class's restore, not a subclass's: TorchState.restore would also put back
+        # its handlers' old snapshots over what their own sync just received.
+        ObjectState.restore(self)
+        return commits
 
     def _durable(self):
         return {"objects": self._saved_state}

@@ -2,6 +2,7 @@
 // (python/elasticrun) builds on. Collectives take any C-contiguous buffer-protocol
 // object (numpy arrays, bytearray, memoryview ...) without copying it; the torch layer
 // passes raw tensor pointers through the *_ptr forms. The GIL is released for every wait.
+#include "api/context_internal.h"
 #include "buffers.h"
 #include "checkpoints.h"
 #include "engine.h"
@@ -305,6 +306,14 @@ PYBIND11_MODULE(_core, m) {
       },
       "After a failure, before restoring: tear the epoch's transport down, so that no transfer of it lands "
       "in a buffer afterwards");
+  m.def(
+      "state_synced",
+      [](std::uint64_t commits) {
+        engine();
+        ContextInternals::state_synced(elasticrun::context(), commits);
+      },
+      "The end of an elastic state's sync: tells the driver this worker holds the job's state (at `commits` "
+      "commits), so that it may be rank 0 of a later epoch");
   m.def(
       "rejoin",
       [] {

@@ -16,7 +16,7 @@ namespace {
 
 TEST(Controller, TooFewSlotsEndsTheJobAfterTheElasticTimeout) {
   Driver d(elastic(2));
-  d.c.use_hosts({{"a", 1}, {"b", 1}}, t0());
+  d.c.hosts_changed({{"a", 1}, {"b", 1}}, t0());  // discovery: a usable host may bring more
   d.start_and_join_all();
   d.drain();
   d.c.worker_exited("b", d.exit_of("b", 0, 1), t0() + 1s);
@@ -34,21 +34,83 @@ TEST(Controller, TooFewSlotsEndsTheJobAfterTheElasticTimeout) {
             std::string::npos);
 }
 
+// A job that cannot recover ends at once instead of waiting out --elastic-timeout: every
+// host of a fixed list blacklisted (all ranks failed), or too few slots left on it, with
+// no cool-down to bring one back; or discovery listing only hosts blacklisted for good.
+TEST(Controller, SlotsThatCannotComeBackEndTheJobAtOnce) {
+  struct Case {
+    int min_np;
+    bool fixed;
+    std::vector<std::string> fail;  // hosts whose worker exits 1, in this order
+    std::string said;
+  };
+  for (const Case& k : std::vector<Case>{
+           {1, true, {"a", "b"}, "the fixed host list has 0 usable slots of the 1 needed, and its blacklisted hosts "
+                                 "cannot come back (no --blacklist-cooldown-range): 'a': exited with code 1; 'b': "
+                                 "exited with code 1"},
+           {2, true, {"b"}, "the fixed host list has 1 usable slots of the 2 needed, and its blacklisted hosts "
+                            "cannot come back (no --blacklist-cooldown-range): 'b': exited with code 1"},
+           {1, false, {"a", "b"}, "every host discovery lists is blacklisted and none can come back (no "
+                                  "--blacklist-cooldown-range): 'a': exited with code 1; 'b': exited with code 1"},
+       }) {
+    Driver d(elastic(k.min_np));
+    if (k.fixed)
+      d.c.use_hosts({{"a", 1}, {"b", 1}}, t0());
+    else
+      d.c.hosts_changed({{"a", 1}, {"b", 1}}, t0());
+    d.start_and_join_all();
+    d.drain();
+    std::string said;
+    for (const auto& h : k.fail) {
+      ASSERT_FALSE(d.c.finished()) << said;
+      d.c.worker_exited(h, d.exit_of(h, 0, 1), t0() + 1s);
+      said += Driver::said(d.drain());
+      if (!d.c.finished()) d.start_and_join_all();
+    }
+    ASSERT_TRUE(d.c.finished()) << said;
+    EXPECT_EQ(d.c.exit_code(), exit_code::kWorkerFailed);
+    EXPECT_NE(said.find(k.said), std::string::npos) << said;
+  }
+}
+
+// What may still bring slots keeps the job waiting: a cool-down that will end, or
+// discovery that lists a usable host (it may list more) or nothing at all (a dip).
+TEST(Controller, SlotsThatMayComeBackAreWaitedFor) {
+  for (int k = 0; k < 3; ++k) {
+    auto cfg = elastic(k == 1 ? 3 : 2);
+    if (k == 0) cfg.cooldown = std::make_pair(std::chrono::milliseconds(5000), std::chrono::milliseconds(9000));
+    Driver d(cfg);
+    if (k == 0)
+      d.c.use_hosts({{"a", 1}, {"b", 1}}, t0());
+    else
+      d.c.hosts_changed({{"a", 1}, {"b", 1}, {"c", 1}}, t0());
+    d.start_and_join_all();
+    d.drain();
+    if (k == 2) d.c.hosts_changed({}, t0() + 1s);  // a dip: every host unlisted
+    d.c.worker_exited("a", d.exit_of("a", 0, 1), t0() + 2s);
+    auto cmds = d.drain();
+    EXPECT_FALSE(d.c.finished()) << k << ": " << Driver::said(cmds);
+    EXPECT_NE(Driver::said(cmds).find("blacklisting host 'a'"), std::string::npos) << k << ": " << Driver::said(cmds);
+  }
+}
+
 TEST(Controller, SlotsComingBackInTimeStartTheNextEpoch) {
   Driver d(elastic(2));
-  d.c.use_hosts({{"a", 1}, {"b", 1}}, t0());
+  d.c.hosts_changed({{"a", 1}, {"b", 1}}, t0());
   d.start_and_join_all();
   d.c.worker_exited("b", d.exit_of("b", 0, 1), t0() + 1s);
   d.drain();
   d.c.hosts_changed({{"a", 1}, {"b", 1}, {"c", 1}}, t0() + 50s);
   auto cmds = d.drain();
   auto ev = Driver::events(cmds);
+  ASSERT_FALSE(ev.empty());
   EXPECT_EQ(ev.front(), "host_added");
   EXPECT_NE(std::find(ev.begin(), ev.end(), "slots_available"), ev.end());
   ASSERT_EQ(d.c.assignment().epoch, 2u);
   EXPECT_EQ(d.c.assignment().workers[1].host, "c");
-  d.c.tick(t0() + 200s);
-  EXPECT_FALSE(d.c.finished());
+  d.start_and_join_all();
+  d.c.tick(t0() + 200s);  // the wait for slots ended: its --elastic-timeout is gone
+  EXPECT_FALSE(d.c.finished()) << Driver::said(d.drain());
 }
 
 // Discovery lists fewer hosts for a while (a flaky cloud API) and then the same ones
@@ -224,6 +286,44 @@ TEST(Controller, NoSurvivorWithDurableCheckpointsStartsAFreshEpoch) {
   d.drain();
   EXPECT_TRUE(d.c.finished());
   EXPECT_EQ(d.c.exit_code(), 0);
+}
+
+// The holder rule: once the job's workers report their syncs, a worker holds the state
+// only after its own report. b's two workers joined the grown epoch 2 but a, the only
+// holder, was lost before they synced: they hold their initial state, and one of them
+// as rank 0 would give that to everyone. With b's report, b carries the state on.
+TEST(Controller, AWorkerHoldsTheStateOnceItsSyncReported) {
+  for (bool b_synced : {false, true}) {
+    Driver d(elastic(1, 3));
+    d.c.hosts_changed({{"a", 1}}, t0());
+    d.start_and_join_all();
+    d.c.worker_synced(d.place("a", 0), 1, 0);
+    d.c.hosts_changed({{"a", 1}, {"b", 2}}, t0() + 1s);
+    ASSERT_EQ(d.c.assignment().epoch, 2u);
+    d.start_and_join_all();
+    if (b_synced)
+      for (int slot : {0, 1}) d.c.worker_synced(d.place("b", slot), 2, 4);
+    auto synced = d.drain();
+    d.c.worker_exited("a", d.exit_of("a", 0, 0, SIGKILL), t0() + 2s);
+    auto cmds = d.drain();
+    if (!b_synced) {
+      ASSERT_TRUE(d.c.finished()) << Driver::said(cmds);
+      EXPECT_EQ(d.c.exit_code(), exit_code::kWorkerFailed);
+      EXPECT_NE(Driver::said(cmds).find("no surviving worker holds committed state"), std::string::npos)
+          << Driver::said(cmds);
+      continue;
+    }
+    ASSERT_FALSE(d.c.finished()) << Driver::said(cmds);
+    ASSERT_EQ(d.c.assignment().epoch, 3u);
+    EXPECT_EQ(d.c.assignment().workers[0].host, "b");
+    auto events = Driver::only<command::Emit>(synced);
+    auto e = std::find_if(events.begin(), events.end(),
+                          [](const auto& x) { return x.event == "state_synced" && x.fields.at("host") == "b"; });
+    ASSERT_NE(e, events.end());
+    EXPECT_EQ(e->fields.at("slot"), 0);
+    EXPECT_EQ(e->fields.at("epoch"), 2);
+    EXPECT_EQ(e->fields.at("commits"), 4);
+  }
 }
 
 }  // namespace

@@ -194,6 +194,9 @@ TEST(Options, BadElasticFlags) {
       {{"--blacklist-cooldown-range", "0.0001", "0.0001", "prog"}, "MIN at least 0.001"},
       {{"--reset-limit", "-1", "--min-np", "1", "prog"}, "--reset-limit"},
       {{"--host-discovery-script", "x", "-H", "a", "prog"}, "not both"},
+      // a fixed host list never grows: --min-np above its slots could only time out
+      {{"--min-np", "3", "-H", "a:2", "prog"}, "--min-np 3 but the hosts offer only 2 slots (a fixed host list"},
+      {{"-np", "2", "--min-np", "3", "prog"}, "--min-np 3 but the hosts offer only 2 slots"},
   };
   for (const auto& c : cases) {
     auto r = parse(c.args);

@@ -136,6 +136,7 @@ TEST(Frame, RandomGarbageNeverCrashesTheDecoders) {
     attempt(msg::Report{});
     attempt(msg::ReportReply{});
     attempt(msg::CheckpointNote{});
+    attempt(msg::Synced{});
     attempt(msg::ReservePort{});
     attempt(msg::PortReserved{});
   }

@@ -116,6 +116,7 @@ void parse_all(const Frame& f) {
     case msg::kReport: try_parse<msg::Report>(f); break;
     case msg::kReportReply: try_parse<msg::ReportReply>(f); break;
     case msg::kCheckpointNote: try_parse<msg::CheckpointNote>(f); break;
+    case msg::kSynced: try_parse<msg::Synced>(f); break;
     case msg::kConfig: try_parse<msg::Config>(f); break;
     case msg::kSpawn: try_parse<msg::Spawn>(f); break;
     case msg::kKill: try_parse<msg::Kill>(f); break;

@@ -4,6 +4,7 @@
 
 #include "rendezvous/metrics.h"
 
+#include <algorithm>
 #include <chrono>
 #include <string>
 
@@ -13,6 +14,26 @@ namespace {
 using namespace std::chrono_literals;
 
 auto soon() { return Clock::now() + 5s; }
+
+// A worker's report of a completed sync (the holder rule) reaches the driver with the
+// place the connection joined as and that connection's epoch.
+TEST_F(RendezvousTest, ASyncReportReachesTheDriverWithTheWorkersPlaceAndEpoch) {
+  auto a = join("h0", 0);
+  auto b = join("h1", 0);
+  ASSERT_TRUE(b->synced(12));
+  ASSERT_TRUE(a->synced(12));
+  auto deadline = Clock::now() + std::chrono::seconds(5);
+  while (on_io([&] { return synced_.size(); }) < 2 && Clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  auto seen = on_io([&] { return synced_; });
+  ASSERT_EQ(seen.size(), 2u);
+  std::sort(seen.begin(), seen.end(), [](const auto& x, const auto& y) { return x.host < y.host; });
+  EXPECT_EQ(seen[0].host, "h0");
+  EXPECT_EQ(seen[0].slot, 0);
+  EXPECT_EQ(seen[0].epoch, 1u);
+  EXPECT_EQ(seen[0].commits, 12u);
+  EXPECT_EQ(seen[1].host, "h1");
+}
 
 TEST_F(RendezvousTest, RankZerosReportReachesTheDriverAndItsLaterAnswerComesBack) {
   // The driver answers 50 ms later, from the io thread, as one waiting on its sweep would.

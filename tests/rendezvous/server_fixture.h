@@ -43,6 +43,9 @@ class RendezvousTest : public ::testing::Test {
         reports_.push_back({p.rank, epoch, step, metrics});
         if (on_report_) on_report_(std::move(answer));
       };
+    cb.on_synced = [this](const rendezvous::WorkerPlace& p, std::uint64_t epoch, std::uint64_t commits) {
+      synced_.push_back({p.host, p.slot, epoch, commits});
+    };
     rendezvous::ServerLimits limits;
     limits.handshake_timeout = handshake_timeout_;
     limits.worker_timeout = worker_timeout_;
@@ -123,6 +126,13 @@ class RendezvousTest : public ::testing::Test {
   // Workers the server gave up as silent, with how long they had been (io thread).
   std::vector<std::pair<int, std::chrono::milliseconds>> silent_;
   std::vector<Seen> reports_;
+  // Workers that reported a completed sync (io thread): host, slot, epoch, commits.
+  struct Synced {
+    std::string host;
+    int slot;
+    std::uint64_t epoch, commits;
+  };
+  std::vector<Synced> synced_;
   std::function<void(rendezvous::ReportAnswer)> on_report_;
 };
 

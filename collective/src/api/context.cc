@@ -100,6 +100,10 @@ void Context::rejoin() {
 }
 
 std::shared_ptr<collective::RendezvousClient> ContextInternals::client(Context& ctx) { return ctx.impl_->client; }
+
+void ContextInternals::state_synced(Context& ctx, std::uint64_t commits) {
+  if (ctx.impl_->client) (void)ctx.impl_->client->synced(commits);
+}
 std::string ContextInternals::next_device_scope(Context& ctx) {
   return ctx.impl_->device_scopes.next(ctx.impl_->topo.epoch);
 }

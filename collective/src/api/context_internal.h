@@ -16,6 +16,12 @@ struct ContextInternals {
   static std::shared_ptr<collective::RendezvousClient> client(Context& ctx);
   // The store scope for the next device communicator of the context's current epoch.
   static std::string next_device_scope(Context& ctx);
+  // Tells the driver that this worker's elastic state finished a sync (at `commits`
+  // commits): only from then on does it count as holding the job's state, and may it be
+  // the rank 0 that a later epoch syncs from. Every state holder calls it at the end of
+  // its sync (State::sync, the Python package's states). Nothing for a context without
+  // a rendezvous connection.
+  static void state_synced(Context& ctx, std::uint64_t commits);
 };
 
 }  // namespace elasticrun

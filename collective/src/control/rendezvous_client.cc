@@ -327,6 +327,11 @@ bool RendezvousClient::note(const msg::CheckpointNote& n) {
   return channel_.write(msg::to_frame(n), Clock::now() + std::chrono::seconds(2)).ok();
 }
 
+bool RendezvousClient::synced(std::uint64_t commits) {
+  std::lock_guard w(write_mu_);
+  return channel_.write(msg::to_frame(msg::Synced{commits}), Clock::now() + std::chrono::seconds(2)).ok();
+}
+
 void RendezvousClient::leave() {
   std::lock_guard w(write_mu_);
   (void)channel_.write(msg::to_frame(msg::Leave{}), Clock::now() + std::chrono::seconds(2));

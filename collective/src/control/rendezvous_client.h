@@ -64,6 +64,10 @@ class RendezvousClient final : public Store {
   // Tells the driver what durable checkpointing did (no reply; any thread). False if the
   // connection could not take it.
   bool note(const msg::CheckpointNote& n);
+  // Tells the driver this worker's elastic state finished a sync at `commits` commits: it
+  // holds the job's committed state from now on (no reply). False if the connection
+  // could not take it.
+  bool synced(std::uint64_t commits);
   // Tells the server this worker is ending on purpose, then closes.
   void leave();
 

@@ -268,9 +268,9 @@ class TorchState(_elastic.ObjectState):
         self._restore_durable()
         for handler in self._handlers.values():
             handler.sync()
-        self._sync_objects()  # the plain attributes (ObjectState's restores only those)
+        commits = self._sync_objects()  # the plain attributes (ObjectState's restores only those)
         self._save_local()
-        self._holds_state = True
+        self._synced(commits)
 
     def _durable(self):
         # Tensors travel to the checkpoint in host memory: a GPU tensor would unpickle onto

@@ -5,6 +5,7 @@ of ranks gives the same bits, and a run that lost, gained or replaced workers mu
 with exactly the reference's model.
 
     elastic_numpy.py STEPS [--reference] [--fail-at STEP] [--step-ms MS] [--busy-at STEP --busy-seconds S]
+                     [--reset-ms MS]
 
 Tracked state: w, step, begun (steps started, advanced before the allreduce, so a
 restore that did nothing shows), commit_log (committed step numbers of the lineage).
@@ -56,6 +57,8 @@ def main():
     p.add_argument("--busy-at", type=int, default=-1,
                    help="rank 1 of epoch 1 computes in Python, holding the GIL, at this step")
     p.add_argument("--busy-seconds", type=float, default=0)
+    p.add_argument("--reset-ms", type=float, default=0,
+                   help="rank 0 of a new epoch waits this long in its reset callback, before the sync")
     o = p.parse_args()
     if o.reference:
         print(reference(o.steps))
@@ -66,7 +69,12 @@ def main():
 
     er.init()
     state = elastic.ObjectState(w=np.zeros(DIM, dtype=np.int64), step=0, begun=0, commit_log=[])
-    state.register_reset_callbacks([lambda: print("reset: size %d rank %d" % (er.size(), er.rank()), flush=True)])
+    def on_reset():
+        print("reset: size %d rank %d" % (er.size(), er.rank()), flush=True)
+        if er.rank() == 0 and o.reset_ms:
+            time.sleep(o.reset_ms / 1000)  # the newcomers wait in the sync meanwhile
+
+    state.register_reset_callbacks([on_reset])
 
     @elastic.run
     def train(state):
