@@ -71,18 +71,25 @@ const char* kind_name(Request::Kind k) {
   return "?";
 }
 
-// max over ranks of (count, -count, type, -type): every rank learns the largest and the
-// smallest of each, so all of them see a disagreement at once.
+// max over ranks of (count, -count, type, -type, shape, -shape, root, -root): every rank
+// learns the largest and the smallest of each, so all of them see a disagreement at once.
 void check_agreement(Communicator& comm, const Request& r) {
   const auto count = static_cast<std::int64_t>(r.count), type = static_cast<std::int64_t>(r.type);
-  std::int64_t d[4] = {count, -count, type, -type};
-  comm.allreduce(d, d, 4, DataType::i64, ReduceOp::max);
-  if (d[0] == -d[1] && d[2] == -d[3]) return;
+  const std::int64_t root = r.kind == Request::Kind::broadcast ? r.root : 0;
+  std::int64_t d[8] = {count, -count, type, -type, r.shape, -r.shape, root, -root};
+  comm.allreduce(d, d, 8, DataType::i64, ReduceOp::max);
+  if (d[0] == -d[1] && d[2] == -d[3] && d[4] == -d[5] && d[6] == -d[7]) return;
   if (d[2] != -d[3])
     throw Error(fmt::format("{}: the ranks pass different element types (this rank {})", kind_name(r.kind),
                             name_of(r.type)));
-  throw Error(fmt::format("{}: the ranks pass different element counts, from {} to {} (this rank {})",
-                          kind_name(r.kind), -d[1], d[0], count));
+  if (d[0] != -d[1])
+    throw Error(fmt::format("{}: the ranks pass different element counts, from {} to {} (this rank {})",
+                            kind_name(r.kind), -d[1], d[0], count));
+  if (d[6] != -d[7])
+    throw Error(fmt::format("{}: the ranks name different root ranks, from {} to {} (this rank {})",
+                            kind_name(r.kind), -d[7], d[6], root));
+  throw Error(fmt::format("{}: the ranks pass tensors of different shapes with the same element count ({})",
+                          kind_name(r.kind), count));
 }
 
 // A request on GPU memory: the agreement check (if asked) on the host communicator, then

@@ -43,10 +43,13 @@ struct Request {
   // allreduce only: the input is multiplied by prescale before the reduction, the result
   // by postscale after it (Horovod's prescale_factor / postscale_factor). Float types.
   double prescale = 1.0, postscale = 1.0;
-  // First agree that every rank passes the same element count and type (one 32-byte
-  // allreduce): a disagreement is then an Error on every rank, where the collective
-  // itself could hang or silently reduce mismatched buffers.
+  // First agree that every rank passes the same element count and type, and the same
+  // `shape` fingerprint and (broadcast) root (one 64-byte allreduce): a disagreement is
+  // then an Error on every rank, where the collective itself could hang or silently
+  // reduce mismatched buffers. `shape`: the caller's fingerprint of the tensor's shape
+  // (0: none), so that equal counts of different shapes are refused, as Horovod does.
   bool check = false;
+  std::int64_t shape = 0;
   // GPU memory: the CUDA device index of the buffers (-1: host memory). Such a request
   // runs through NCCL (elasticrun::device::Collectives) on `stream` (a cudaStream_t;
   // null: the legacy default stream) and returns once it completed there (not waiting

@@ -250,7 +250,7 @@ py::object alltoall(py::object x, py::object out, bool async) {
 // tensors on that device, reduced through NCCL on `stream` (Request::device).
 py::object ptr_collective(const std::string& kind, std::uintptr_t in, std::uintptr_t out, std::size_t count,
                           int type, int op, int root, double prescale, double postscale, bool async,
-                          py::object keep, bool check, int device, std::uintptr_t stream) {
+                          py::object keep, bool check, int device, std::uintptr_t stream, std::int64_t shape) {
   if (type < 0 || type > static_cast<int>(DataType::i64)) throw py::value_error("unknown element type code");
   Request r;
   if (kind == "allreduce") r.kind = Request::Kind::allreduce;
@@ -263,6 +263,7 @@ py::object ptr_collective(const std::string& kind, std::uintptr_t in, std::uintp
   r.count = count, r.type = static_cast<DataType>(type), r.op = op_of(op), r.root = root;
   r.prescale = prescale, r.postscale = postscale;
   r.check = check;
+  r.shape = shape;
   r.device = device < 0 ? -1 : device;
   r.stream = reinterpret_cast<void*>(stream);
   return issue([r](Context& ctx) { execute(ctx, r); }, async, keep, yields(py::none()));
@@ -353,7 +354,7 @@ PYBIND11_MODULE(_core, m) {
   m.def("ptr_collective", &ptr_collective, py::arg("kind"), py::arg("inp"), py::arg("out"), py::arg("count"),
         py::arg("dtype"), py::arg("op") = 0, py::arg("root") = 0, py::arg("prescale") = 1.0,
         py::arg("postscale") = 1.0, py::arg("async_") = false, py::arg("keep") = py::none(),
-        py::arg("check") = false, py::arg("device") = -1, py::arg("stream") = 0);
+        py::arg("check") = false, py::arg("device") = -1, py::arg("stream") = 0, py::arg("shape") = 0);
   m.def(
       "device_status",
       [] {
@@ -363,6 +364,8 @@ PYBIND11_MODULE(_core, m) {
       },
       "(True, '') when collectives on CUDA memory can run here (an NCCL build and a visible device), "
       "else (False, the reason)");
+  m.def("nccl_version", &device::nccl_version,
+        "NCCL_VERSION_CODE of the NCCL libelasticrun was built with, 0 without its NCCL backend");
   // The torch layer's hot path (allreduce_ on a plain tensor): four arguments, no
   // keyword handling, synchronous, checked as set_shape_check says.
   m.def(

@@ -38,6 +38,20 @@ def test_collectives_match_references(job, mode, np):
     assert len(counts) == np and min(counts) >= MIN_CHECKS[mode], counts
 
 
+HOROVOD = HERE / "workers" / "horovod_checks.py"
+HOROVOD_MIN = {"gradients": 14, "types": 16, "api": 22}
+
+
+@pytest.mark.parametrize("np", [2, 3])
+@pytest.mark.parametrize("mode", list(HOROVOD_MIN))
+def test_horovod_semantics(job, mode, np):
+    """Horovod's gradients, types, scale factors, async and grouped forms, build queries."""
+    r = run_python(job, ["-np", np], HOROVOD, mode, timeout=180)
+    check_ok_lines(r, f"horovod_checks {mode}: OK", np)
+    counts = [int(c) for c in re.findall(rf"horovod_checks {mode}: OK (\d+) checks", r.stdout)]
+    assert len(counts) == np and min(counts) >= HOROVOD_MIN[mode], counts
+
+
 def test_collective_before_init_is_a_clear_error():
     r = subprocess.run([PYTHON, str(CHECKS), "before_init"], capture_output=True, text=True, timeout=60,
                        env={**os.environ, **python_env()})

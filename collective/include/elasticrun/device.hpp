@@ -42,6 +42,9 @@ Memory memory_of(const void* p);
 // True if this build has the NCCL backend and a CUDA device is visible; otherwise false
 // with the reason in `*why` (if given), e.g. "no CUDA device: cudaErrorNoDevice".
 bool available(std::string* why = nullptr);
+// The NCCL version this library was built with (NCCL_VERSION_CODE, e.g. 22807 for 2.28.7),
+// 0 when it was built without the NCCL backend; whether a device is visible does not matter.
+int nccl_version();
 
 // Makes this worker's device (see "Device choice" above) the calling thread's current
 // CUDA device (cudaSetDevice) and returns its index. Throws Error without the backend

@@ -18,6 +18,7 @@ namespace elasticrun::device {
 Memory memory_of(const void* p) { return collective::device_memory_of(p); }
 
 bool available(std::string* why) { return collective::device_available(why); }
+int nccl_version() { return collective::device_backend_version(); }
 
 int use_device(const Context& ctx) { return collective::use_device(ctx.topology().local_rank); }
 

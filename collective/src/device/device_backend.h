@@ -47,6 +47,8 @@ device::Memory device_memory_of(const void* p);
 int use_device(int local_rank);
 // Whether a device can be used; if not, `why` says why.
 bool device_available(std::string* why);
+// NCCL_VERSION_CODE of the NCCL the backend was built with; 0 without the backend.
+int device_backend_version();
 // The elastic State's memory seam: CUDA copies with the backend, memcpy without.
 std::shared_ptr<MemoryOps> device_memory_ops();
 

@@ -42,6 +42,7 @@ bool device_available(std::string* why) {
   return false;
 }
 std::shared_ptr<MemoryOps> device_memory_ops() { return std::make_shared<HostMemoryOps>(); }
+int device_backend_version() { return 0; }
 
 }  // namespace elasticrun::collective
 

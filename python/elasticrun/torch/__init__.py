@@ -10,8 +10,11 @@
     hvd.broadcast_optimizer_state(optimizer, root_rank=0)
 
 What there is: init, shutdown, is_initialized, rank, size, local_rank, local_size,
-cross_rank, cross_size; report and should_stop (elasticrun's, for sweeps); allreduce(_)(_async), grouped_allreduce(_), broadcast(_)(_async),
-allgather(_async), alltoall, reducescatter, barrier, join, poll, synchronize; the ops
+cross_rank, cross_size; report and should_stop (elasticrun's, for sweeps); allreduce(_)(_async),
+grouped_allreduce(_)(_async), broadcast(_)(_async), allgather(_async), grouped_allgather(_async),
+alltoall(_async), reducescatter(_async), grouped_reducescatter(_async), barrier, join, poll,
+synchronize, with Horovod's gradients; the build queries (nccl_built, cuda_built, mpi_built,
+gloo_built ... answered for elasticrun: no MPI, no Gloo); the ops
 Sum, Average, Min, Max, Product; Compression.none/fp16; broadcast_parameters,
 broadcast_optimizer_state, broadcast_object, allgather_object; DistributedOptimizer;
 ``hvd.elastic`` (TorchState, ElasticSampler, run); the errors under both names
@@ -30,7 +33,10 @@ What differs from Horovod:
 - ``join()`` is a barrier every rank must reach; joined ranks do not stand in for
   collectives the others still issue. It returns -1.
 - ``Adasum`` exists only to raise NotImplementedError; process sets and sparse gradients
-  are not supported.
+  are not supported (``process_set=`` other than None raises NotImplementedError), nor
+  is Horovod's timeline (start_timeline raises NotImplementedError: use --events).
+- int16 and bool tensors travel by broadcast, allgather and alltoall (as their bytes);
+  the reductions take float16, bfloat16, float32, float64, int8, uint8, int32, int64.
 - ``reducescatter`` and ``alltoall`` with uneven splits pad to the largest share.
 
 Importing it also registers the torch.distributed backend ``elasticrun``
@@ -44,9 +50,15 @@ from elasticrun.torch.compression import Compression, Compressor
 from elasticrun.torch.functions import (allgather_object, broadcast_object, broadcast_optimizer_state,
                                         broadcast_parameters)
 from elasticrun.torch.ops import (Adasum, Average, Handle, Max, Min, Product, Sum, allgather, allgather_async,
-                                  allreduce, allreduce_, allreduce_async, allreduce_async_, alltoall, barrier,
-                                  broadcast, broadcast_, broadcast_async, broadcast_async_, grouped_allreduce,
-                                  grouped_allreduce_, join, poll, reducescatter, synchronize)
+                                  allreduce, allreduce_, allreduce_async, allreduce_async_, barrier, broadcast,
+                                  broadcast_, broadcast_async, broadcast_async_, grouped_allreduce,
+                                  grouped_allreduce_, join, poll, synchronize)
+from elasticrun.torch.exchange import (alltoall, alltoall_async, grouped_allgather, grouped_allgather_async,
+                                       grouped_allreduce_async, grouped_allreduce_async_, grouped_reducescatter,
+                                       grouped_reducescatter_async, reducescatter, reducescatter_async)
+from elasticrun.torch.basics import (ccl_built, cuda_built, ddl_built, gloo_built, gloo_enabled, mpi_built,
+                                     mpi_enabled, mpi_threads_supported, nccl_built, rocm_built, start_timeline,
+                                     stop_timeline)
 from elasticrun.torch.optimizer import DistributedOptimizer
 from elasticrun.torch.sync_batch_norm import SyncBatchNorm
 from elasticrun.torch import elastic
@@ -57,8 +69,12 @@ _backend.register()  # torch.distributed.init_process_group("elasticrun")
 __all__ = [
     "init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size", "cross_rank", "cross_size",
     "allreduce", "allreduce_", "allreduce_async", "allreduce_async_", "grouped_allreduce", "grouped_allreduce_",
-    "broadcast", "broadcast_", "broadcast_async", "broadcast_async_", "allgather", "allgather_async", "alltoall",
-    "reducescatter", "barrier", "join", "poll", "synchronize", "Handle", "Sum", "Average", "Min", "Max", "Product",
+    "grouped_allreduce_async", "grouped_allreduce_async_", "broadcast", "broadcast_", "broadcast_async",
+    "broadcast_async_", "allgather", "allgather_async", "grouped_allgather", "grouped_allgather_async", "alltoall",
+    "alltoall_async", "reducescatter", "reducescatter_async", "grouped_reducescatter", "grouped_reducescatter_async",
+    "barrier", "join", "poll", "synchronize", "Handle", "Sum", "Average", "Min", "Max", "Product",
+    "nccl_built", "cuda_built", "rocm_built", "mpi_built", "mpi_enabled", "gloo_built", "gloo_enabled", "ccl_built",
+    "ddl_built", "mpi_threads_supported", "start_timeline", "stop_timeline",
     "Adasum", "Compression", "Compressor", "broadcast_parameters", "broadcast_optimizer_state", "broadcast_object",
     "allgather_object", "DistributedOptimizer", "SyncBatchNorm", "elastic", "report", "should_stop", "ElasticrunError", "WorkersFailedError",
     "HostsUpdatedError", "ElasticTimeoutError", "ProtocolError", "HorovodInternalError", "HostsUpdatedInterrupt",

@@ -95,8 +95,15 @@ def broadcast_optimizer_state(optimizer, root_rank=0):
     """Makes every rank's `optimizer` state (per-parameter state such as momentum
     buffers, and the param groups' hyper-parameters such as lr) root_rank's. The
     structure travels pickled, the tensors in place and fused; a rank whose optimizer
-    has not stepped yet (no state) receives the root's state all the same."""
+    has not stepped yet (no state) receives the root's state all the same, and, as in
+    Horovod, its parameters that need a gradient and have none get a zero one (Horovod
+    steps once on those to make the state; nothing is stepped here)."""
     me = _er.rank()
+    if not optimizer.state_dict()["state"]:
+        for group in optimizer.param_groups:
+            for p in group["params"]:
+                if p.requires_grad and p.grad is None:
+                    p.grad = torch.zeros_like(p)
     tensors = []
     structure = _split(optimizer.state_dict(), tensors) if me == root_rank else None
     structure = _er.broadcast_object(structure, root_rank)

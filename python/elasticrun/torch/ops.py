@@ -36,8 +36,7 @@ from elasticrun import _core
 __all__ = [
     "Handle", "Sum", "Average", "Min", "Max", "Product", "Adasum", "allreduce", "allreduce_", "allreduce_async",
     "allreduce_async_", "grouped_allreduce", "grouped_allreduce_", "broadcast", "broadcast_", "broadcast_async",
-    "broadcast_async_", "allgather", "allgather_async", "alltoall", "reducescatter", "barrier", "join", "poll",
-    "synchronize",
+    "broadcast_async_", "allgather", "allgather_async", "barrier", "join", "poll", "synchronize",
 ]
 
 Sum = _er.Sum
@@ -92,11 +91,32 @@ def _check_device(tensor, what):
                         f"GPU memory: {why}")
 
 
-def _code(tensor, what):
-    """The library's code for the tensor's element type; TypeError for what it cannot take."""
+# Types the library cannot reduce, moved as their bytes by the collectives that only move
+# data (broadcast, allgather, alltoall), which Horovod takes them for.
+_BYTEWISE = (torch.int16, torch.bool)
+
+
+def _wire(t):
+    """A contiguous `t` as the library sees it: itself, or for a _BYTEWISE type its bytes
+    (one more dimension, the rows unchanged), sharing its memory."""
+    if t.dtype not in _BYTEWISE:
+        return t
+    return t.reshape(tuple(t.shape) + (1,)).view(torch.uint8)
+
+
+def _unwire(b, dtype):
+    """The inverse of _wire, for a result of the library in `dtype`."""
+    return b if b.dtype == dtype else b.view(dtype).squeeze(-1)
+
+
+def _code(tensor, what, bytewise=False):
+    """The library's code for the tensor's element type (its bytes' for a _BYTEWISE
+    type when `bytewise`); TypeError for what it cannot take."""
     if not isinstance(tensor, torch.Tensor):
         raise TypeError(f"{what}: expected a torch.Tensor, got {type(tensor).__name__}")
     _check_device(tensor, what)
+    if bytewise and tensor.dtype in _BYTEWISE:
+        return _core.DTYPES["u8"]
     name = _NAMES.get(tensor.dtype)
     if name is None:
         raise TypeError(f"{what}: element type {tensor.dtype} is not supported "
@@ -117,9 +137,37 @@ def _op_of(op, average=None, default=Average):
     return op
 
 
-def _check_scale(tensor, prescale_factor, postscale_factor, what):
-    if (prescale_factor != 1.0 or postscale_factor != 1.0) and not tensor.dtype.is_floating_point:
-        raise TypeError(f"{what}: prescale_factor and postscale_factor need a floating-point tensor, not {tensor.dtype}")
+def _scaled(t, factor):
+    """`t` times `factor` as Horovod scales a buffer: integers in float64, truncated
+    toward zero; float16 on the CPU in float32; other floating types in their own."""
+    if factor == 1.0:
+        return t
+    if not t.dtype.is_floating_point:
+        return (t.double() * factor).to(t.dtype)
+    if t.dtype == torch.float16 and t.is_cpu:
+        return (t.float() * factor).half()
+    return t * factor
+
+
+def _integer_scaled(tensor, op, pre, post, inplace, async_, what):
+    """allreduce of an integer tensor with scale factors, as Horovod does it: the input
+    scaled (_scaled), a Sum for Average whose postscale is divided by size(), the result
+    scaled. Written into `tensor` when `inplace`."""
+    code = _code(tensor, what)
+    src = _scaled(tensor.detach(), pre).contiguous()
+    if op == Average:
+        op, post = Sum, post / _er.size()
+    out = torch.empty_like(src)
+    h = _issue("allreduce", src, out, src.numel(), code, op, async_=async_, keep=(src, out), shape=tensor.shape)
+
+    def finish():
+        result = _scaled(out, post).view(tensor.shape)
+        if not inplace:
+            return result
+        tensor.detach().copy_(result)
+        return tensor
+
+    return _run(async_, h, finish)
 
 
 def _shape_check():
@@ -127,10 +175,22 @@ def _shape_check():
     return bool(f()) if f is not None else False
 
 
-def _issue(kind, inp, out, count, code, op=Sum, root=0, pre=1.0, post=1.0, async_=False, keep=None, check=None):
+def _fingerprint(shape):
+    """A tensor shape as 62 bits (FNV-1a of its dimensions), the same in every process."""
+    h = 0xcbf29ce484222325
+    for d in shape:
+        h = ((h ^ d) * 0x100000001b3) & 0xFFFFFFFFFFFFFFFF
+    return h >> 2
+
+
+def _issue(kind, inp, out, count, code, op=Sum, root=0, pre=1.0, post=1.0, async_=False, keep=None, check=None,
+           shape=None):
     """One raw-pointer collective; the caller keeps the tensors alive (keep= for async).
-    Returns the core's handle when async_ (something with poll() and wait(timeout))."""
+    Returns the core's handle when async_ (something with poll() and wait(timeout)).
+    With the agreement check on, `shape` (the caller's tensor shape) must agree too."""
     kw = {"check": _shape_check() if check is None else check} if _HAS_CHECK else {}
+    if shape is not None and kw.get("check"):
+        kw["shape"] = _fingerprint(shape)
     if out.is_cuda:
         return _issue_cuda(kind, inp, out, count, code, op, root, pre, post, async_, keep, kw)
     return _core.ptr_collective(kind, inp.data_ptr() if inp is not None else 0, out.data_ptr(), count, code, op,
@@ -239,12 +299,13 @@ def synchronize(handle):
 def _allreduce(tensor, op, pre, post, compression, async_, what):
     """Out of place: a new tensor (the input compressed, reduced, decompressed)."""
     code = _code(tensor, what)
-    _check_scale(tensor, pre, post, what)
+    if (pre != 1.0 or post != 1.0) and not tensor.dtype.is_floating_point:
+        return _integer_scaled(tensor, op, pre, post, False, async_, what)
     src, cctx = compression.compress(tensor.detach())
     src = src.contiguous()
     out = torch.empty_like(src, memory_format=torch.contiguous_format)
     h = _issue("allreduce", src, out, src.numel(), _code(src, what) if src.dtype != tensor.dtype else code, op,
-               pre=pre, post=post, async_=async_, keep=(src, out))
+               pre=pre, post=post, async_=async_, keep=(src, out), shape=tensor.shape)
     return _run(async_, h, lambda: compression.decompress(out, cctx).view(tensor.shape))
 
 
@@ -258,10 +319,12 @@ def _allreduce_inplace(tensor, op, pre, post, async_, what):
             _core.allreduce_inplace_ptr(tensor.data_ptr(), tensor.numel(), code, op)
             return tensor
     code = _code(tensor, what)
-    _check_scale(tensor, pre, post, what)
+    if (pre != 1.0 or post != 1.0) and not tensor.dtype.is_floating_point:
+        return _integer_scaled(tensor, op, pre, post, True, async_, what)
     t = tensor.detach()
     buf = t if t.is_contiguous() else t.contiguous()
-    h = _issue("allreduce", buf, buf, buf.numel(), code, op, pre=pre, post=post, async_=async_, keep=buf)
+    h = _issue("allreduce", buf, buf, buf.numel(), code, op, pre=pre, post=post, async_=async_, keep=buf,
+               shape=tensor.shape)
 
     def finish():
         if buf is not t:
@@ -296,7 +359,8 @@ def allreduce(tensor, average=None, name=None, compression=None, op=None, presca
     """Returns a new tensor: `tensor` reduced over every rank with `op` (default
     Average; ``average=True/False`` is Horovod's older spelling of Average/Sum). The
     input is multiplied by `prescale_factor` before and the result by
-    `postscale_factor` after the reduction (floating-point tensors only). `compression`
+    `postscale_factor` after the reduction (integers as Horovod scales them: in float64,
+    truncated toward zero, Average being a Sum postscaled by 1/size()). `compression`
     (``Compression.fp16``) chooses the type on the wire. Integer Average truncates
     toward zero. Differentiable: the gradient is allreduced with the same op."""
     op = _op_of(op, average)
@@ -330,9 +394,12 @@ def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1
 
 def grouped_allreduce(tensors, average=None, name=None, compression=None, op=None, prescale_factor=1.0,
                       postscale_factor=1.0):
-    """allreduce of each tensor of the list (issued together); returns the new tensors."""
+    """allreduce of each tensor of the list (issued together); returns the new tensors.
+    Each one that needs a gradient gets allreduce's."""
     op = _op_of(op, average)
     compression = compression or _none_compression()
+    if any(t.requires_grad for t in tensors) and torch.is_grad_enabled():
+        return [allreduce(t, None, None, compression, op, prescale_factor, postscale_factor) for t in tensors]
     handles = [_allreduce(t, op, prescale_factor, postscale_factor, compression, True, "grouped_allreduce")
                for t in tensors]
     return [h.wait() for h in handles]
@@ -349,7 +416,9 @@ def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_facto
 # ---- broadcast ----------------------------------------------------------------------
 
 def _broadcast(tensor, root_rank, inplace, async_, what):
-    code = _code(tensor, what)
+    code = _code(tensor, what, bytewise=True)
+    if not 0 <= root_rank < _er.size():
+        raise ValueError(f"{what}: root rank {root_rank} is not a rank of this job (size {_er.size()})")
     t = tensor.detach()
     if inplace:
         buf = t if t.is_contiguous() else t.contiguous()
@@ -363,12 +432,15 @@ def _broadcast(tensor, root_rank, inplace, async_, what):
             t.copy_(buf)
         return tensor
 
-    h = _issue("broadcast", None, buf, buf.numel(), code, root=root_rank, async_=async_, keep=buf)
+    wire = _wire(buf)
+    h = _issue("broadcast", None, wire, wire.numel(), code, root=root_rank, async_=async_, keep=buf,
+               shape=tensor.shape)
     return _run(async_, h, finish)
 
 
 class _BroadcastFn(torch.autograd.Function):
-    """broadcast with a gradient: the gradients of every rank summed, on the root only."""
+    """broadcast with Horovod's gradient: the ranks' gradients averaged, on the root
+    only (zero elsewhere)."""
 
     @staticmethod
     def forward(ctx, tensor, root_rank):
@@ -377,7 +449,7 @@ class _BroadcastFn(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
-        g = _allreduce(grad, Sum, 1.0, 1.0, _none_compression(), False, "broadcast (backward)")
+        g = _allreduce(grad, Average, 1.0, 1.0, _none_compression(), False, "broadcast (backward)")
         if _er.rank() != ctx.root_rank:
             g = torch.zeros_like(g)
         return g, None
@@ -386,7 +458,7 @@ class _BroadcastFn(torch.autograd.Function):
 def broadcast(tensor, root_rank, name=None):
     """Returns a new tensor holding root_rank's `tensor` (same shape and type on every
     rank). Differentiable, as in Horovod."""
-    _code(tensor, "broadcast")
+    _code(tensor, "broadcast", bytewise=True)
     if tensor.requires_grad and torch.is_grad_enabled():
         return _BroadcastFn.apply(tensor, root_rank)
     return _broadcast(tensor, root_rank, False, False, "broadcast")
@@ -414,9 +486,10 @@ def _allgather(tensor, async_, what):
     # that a disagreement is an error on every rank, not a hang; equal shares are then
     # gathered straight into the result, unequal ones padded to the largest share (a
     # copy) and compacted. The exchange is synchronous even for allgather_async.
-    code = _code(tensor, what)
+    code = _code(tensor, what, bytewise=True)
     t = tensor.detach()
-    t = (t.reshape(1) if t.dim() == 0 else t).contiguous()
+    dtype = t.dtype
+    t = _wire((t.reshape(1) if t.dim() == 0 else t).contiguous())
     n = _er.size()
     rows, row = t.shape[0], math.prod(t.shape[1:])
     meta = torch.tensor([rows, row, code], dtype=torch.int64)
@@ -432,16 +505,18 @@ def _allgather(tensor, async_, what):
     if all(c == most for c in counts):
         out = t.new_empty(shape)
         h = _issue("allgather", t, out, t.numel(), code, async_=async_, keep=(t, out), check=False)
-        return _run(async_, h, lambda: out)
+        return _run(async_, h, lambda: _unwire(out, dtype))
     send = t.new_zeros((most,) + tuple(t.shape[1:]))
     send[:rows] = t
     got = t.new_empty((most * n,) + tuple(t.shape[1:]))
     h = _issue("allgather", send, got, send.numel(), code, async_=async_, keep=(send, got), check=False)
-    return _run(async_, h, lambda: torch.cat([got[q * most:q * most + c] for q, c in enumerate(counts)]))
+    return _run(async_, h,
+                lambda: _unwire(torch.cat([got[q * most:q * most + c] for q, c in enumerate(counts)]), dtype))
 
 
 class _AllgatherFn(torch.autograd.Function):
-    """allgather with a gradient: the summed gradient's rows of this rank."""
+    """allgather with Horovod's gradient: this rank's rows of the ranks' gradients
+    averaged."""
 
     @staticmethod
     def forward(ctx, tensor):
@@ -450,7 +525,7 @@ class _AllgatherFn(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
-        g = _allreduce(grad, Sum, 1.0, 1.0, _none_compression(), False, "allgather (backward)")
+        g = _allreduce(grad, Average, 1.0, 1.0, _none_compression(), False, "allgather (backward)")
         rows = _allgather(torch.tensor([ctx.rows], dtype=torch.int64), False, "allgather (backward)")
         start = int(rows[:_er.rank()].sum())
         return g.narrow(0, start, ctx.rows)
@@ -461,7 +536,7 @@ def allgather(tensor, name=None):
     rank order. The first dimension may differ between ranks, the rest of the shape and
     the type may not (ElasticrunError on every rank). A 0-d tensor counts as one row.
     Differentiable, as in Horovod."""
-    _code(tensor, "allgather")
+    _code(tensor, "allgather", bytewise=True)
     if tensor.requires_grad and torch.is_grad_enabled() and tensor.dim() > 0:
         return _AllgatherFn.apply(tensor)
     return _allgather(tensor, False, "allgather")
@@ -470,88 +545,6 @@ def allgather(tensor, name=None):
 def allgather_async(tensor, name=None):
     """As allgather, asynchronously: a Handle whose synchronize() gives the new tensor."""
     return _allgather(tensor, True, "allgather_async")
-
-
-# ---- reducescatter and alltoall -------------------------------------------------------
-
-def _row_split(rows, n):
-    """Horovod's split of `rows` over n ranks: the first rows % n ranks get one more."""
-    base, extra = divmod(rows, n)
-    return [base + (1 if r < extra else 0) for r in range(n)]
-
-
-def reducescatter(tensor, name=None, compression=None, op=None, prescale_factor=1.0, postscale_factor=1.0):
-    """Reduces `tensor` over every rank with `op` (default Average) and returns this
-    rank's rows of the result: the first dimension is split as evenly as it goes, the
-    first ``rows % size()`` ranks getting one row more. An uneven split is padded to the
-    largest share (a copy); an even one is reduced without copying."""
-    op = _op_of(op, None)
-    compression = compression or _none_compression()
-    _code(tensor, "reducescatter")
-    _check_scale(tensor, prescale_factor, postscale_factor, "reducescatter")
-    if tensor.dim() == 0:
-        raise ValueError("reducescatter: the tensor needs at least one dimension")
-    n = _er.size()
-    t = tensor.detach()
-    if prescale_factor != 1.0:
-        t = t * prescale_factor
-    src, cctx = compression.compress(t)
-    src = src.contiguous()
-    rows = src.shape[0]
-    split = _row_split(rows, n)
-    most = split[0]
-    if rows != most * n:  # pad each rank's block to `most` rows
-        padded = src.new_zeros((most * n,) + tuple(src.shape[1:]))
-        at = 0
-        for r, k in enumerate(split):
-            padded[r * most:r * most + k] = src[at:at + k]
-            at += k
-        src = padded
-    out = src.new_empty((most,) + tuple(src.shape[1:]))
-    _issue("reduce_scatter", src, out, out.numel(), _code(src, "reducescatter"), op)
-    out = compression.decompress(out[:split[_er.rank()]], cctx)
-    if postscale_factor != 1.0:
-        out.mul_(postscale_factor)
-    return out
-
-
-def alltoall(tensor, splits=None, name=None):
-    """Sends rows of `tensor` to every rank: without `splits`, the first dimension in
-    size() equal blocks, block j to rank j, and returns the rows received, in rank order.
-    With `splits` (size() row counts summing to the first dimension) returns
-    ``(output, received_splits)`` as Horovod does; uneven splits are padded to the
-    largest block for the wire (one small allgather of the splits first)."""
-    code = _code(tensor, "alltoall")
-    n = _er.size()
-    t = tensor.detach().contiguous()
-    if t.dim() == 0:
-        raise ValueError("alltoall: the tensor needs at least one dimension")
-    rows, row = t.shape[0], math.prod(t.shape[1:])
-    if splits is None:
-        if rows % n:
-            raise ValueError(f"alltoall: the first dimension ({rows}) must be a multiple of size() ({n})")
-        out = torch.empty_like(t)
-        _issue("alltoall", t, out, (rows // n) * row, code)
-        return out
-    splits = torch.as_tensor(splits, dtype=torch.int64).reshape(-1).cpu()
-    if splits.numel() != n or int(splits.sum()) != rows or bool((splits < 0).any()):
-        raise ValueError(f"alltoall: splits must be {n} non-negative counts summing to {rows}, got {splits.tolist()}")
-    every = torch.empty(n * n, dtype=torch.int64)  # every[i*n + j]: rows rank i sends rank j
-    _issue("allgather", splits, every, n, _core.DTYPES["i64"])
-    every = every.view(n, n)
-    most = int(every.max())
-    me = _er.rank()
-    recv = every[:, me].clone()
-    send = t.new_zeros((n * most,) + tuple(t.shape[1:]))
-    at = 0
-    for j, k in enumerate(splits.tolist()):
-        send[j * most:j * most + k] = t[at:at + k]
-        at += k
-    got = torch.empty_like(send)
-    if most:
-        _issue("alltoall", send, got, most * row, code)
-    parts = [got[i * most:i * most + int(recv[i])] for i in range(n)]
-    return torch.cat(parts) if parts else got[:0], recv.to(torch.int32)
 
 
 # ---- barrier and join -----------------------------------------------------------------

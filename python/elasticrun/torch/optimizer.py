@@ -90,7 +90,7 @@ class _DistributedOptimizer:
         self._synchronized = False
         self._checked = False
         ordered = [p for group in self.param_groups for p in group["params"] if p.requires_grad]
-        _check_names(ordered, named_parameters)
+        self._parameter_names = _names_of(self.param_groups, ordered, named_parameters)
         self._order = list(reversed(ordered))  # about the order backward() produces gradients in
         self._cap = int(bucket_cap_mb * (1 << 20))
         self._lay_out([])
@@ -243,9 +243,13 @@ class _DistributedOptimizer:
         return self._er_base.zero_grad(self, *args, **kwargs)
 
 
-def _check_names(params, named_parameters):
+def _names_of(groups, params, named_parameters):
+    """Horovod's _parameter_names: parameter -> name, from `named_parameters` (checked:
+    no duplicate name, none of `params` missing), else 'allreduce.noname.G.I' for the
+    I-th parameter of group G (the same on every rank, distinct across groups)."""
     if named_parameters is None:
-        return
+        return {p: f"allreduce.noname.{g}.{i}" for g, group in enumerate(groups)
+                for i, p in enumerate(group["params"])}
     named = list(named_parameters)
     names = [n for n, _ in named]
     if len(set(names)) != len(names):
@@ -255,6 +259,7 @@ def _check_names(params, named_parameters):
     missing = sum(1 for p in params if id(p) not in known)
     if missing:
         raise ValueError(f"named_parameters misses {missing} of the optimizer's parameters")
+    return {p: n for n, p in named}
 
 
 def DistributedOptimizer(optimizer, named_parameters=None, compression=Compression.none, backward_passes_per_step=1,

@@ -7,6 +7,7 @@
 #include <elasticrun/types.hpp>
 
 #include <cuda_runtime_api.h>
+#include <nccl.h>
 #include <dlfcn.h>
 
 #include <string>
@@ -76,6 +77,8 @@ device::Memory device_memory_of(const void* p) {
   return attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged ? device::Memory::device
                                                                                   : device::Memory::host;
 }
+
+int device_backend_version() { return NCCL_VERSION_CODE; }
 
 bool device_available(std::string* why) {
   try {

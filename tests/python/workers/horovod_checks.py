@@ -1,0 +1,167 @@
+"""Worker for tests/python/test_torch.py: elasticrun.torch where Horovod's API defines a
+behaviour beyond the plain collectives: the gradients of broadcast, allgather,
+reducescatter, alltoall and the grouped forms; int16 and bool moved by broadcast,
+allgather and alltoall; integer scale factors; the async and grouped forms; the build
+queries; broadcast_optimizer_state on an optimizer without state. Each check computes
+what every rank's inputs give (a rank knows them all). Prints
+`horovod_checks <mode>: OK <n> checks`."""
+import sys
+
+import torch
+
+import elasticrun.torch as hvd
+from checklib import check, finish, raises
+
+
+def full(shape, value, dtype=torch.float32):
+    return torch.full(shape, float(value), dtype=dtype)
+
+
+def mode_gradients():
+    r, n = hvd.rank(), hvd.size()
+    mean = (n + 1) / 2  # the average of the ranks' (q + 1)
+    for root in range(n):
+        w = torch.ones(4, requires_grad=True)
+        hvd.broadcast(w, root).backward(full((4,), r + 1))
+        want = mean if r == root else 0.0
+        check(torch.equal(w.grad, full((4,), want)), f"broadcast gradient, root {root}: {w.grad} want {want}")
+    w = torch.ones(r + 1, 3, requires_grad=True)  # rank q has q + 1 rows
+    hvd.allgather(w).backward(full((n * (n + 1) // 2, 3), r + 1))
+    check(torch.equal(w.grad, full((r + 1, 3), mean)), f"allgather gradient: {w.grad}")
+    for op, pre, want in ((hvd.Sum, 1.0, n), (hvd.Average, 1.0, 1), (hvd.Sum, 0.5, n * 0.5),
+                          (hvd.Average, 2.0, 2.0)):
+        w = torch.ones(2 * n, 3, requires_grad=True)
+        hvd.reducescatter(w, op=op, prescale_factor=pre).backward(torch.ones(2, 3))
+        check(torch.equal(w.grad, full((2 * n, 3), want)), f"reducescatter gradient op {op} pre {pre}: {w.grad}")
+    # alltoall: rank r sends j + 1 rows of [100 r + j] to rank j; the gradient of what it
+    # received, sent back, lands on the rows that were sent: equal to the input.
+    x = torch.cat([full((j + 1, 2), 100 * r + j) for j in range(n)]).requires_grad_()
+    got, recv = hvd.alltoall(x, splits=torch.tensor([j + 1 for j in range(n)], dtype=torch.int32))
+    check(recv.dtype == torch.int32 and recv.tolist() == [r + 1] * n, f"alltoall received splits {recv}")
+    got.backward(got.detach())
+    check(torch.equal(x.grad, x.detach()), f"alltoall gradient: {x.grad.tolist()}")
+    # without splits, ranks with different row counts: rank q sends q + 1 rows to each
+    x = torch.cat([full((r + 1, 2), 100 * r + j) for j in range(n)]).requires_grad_()
+    got = hvd.alltoall(x)
+    want = torch.cat([full((q + 1, 2), 100 * q + r) for q in range(n)])
+    check(torch.equal(got, want), f"alltoall of unequal row counts: {got.tolist()}")
+    got.backward(got.detach())
+    check(torch.equal(x.grad, x.detach()), f"alltoall gradient without splits: {x.grad.tolist()}")
+    # grouped forms: one backward() per output, each its own gradient
+    ws = [torch.ones(3, requires_grad=True) for _ in range(3)]
+    for out in hvd.grouped_allreduce(ws, op=hvd.Sum):
+        out.backward(torch.ones(3))
+    check(all(torch.equal(w.grad, full((3,), n)) for w in ws), f"grouped_allreduce gradients {[w.grad for w in ws]}")
+    ws = [torch.ones(r + 1, requires_grad=True) for _ in range(2)]
+    for out in hvd.grouped_allgather(ws):
+        out.backward(full((n * (n + 1) // 2,), r + 1))
+    check(all(torch.equal(w.grad, full((r + 1,), mean)) for w in ws), "grouped_allgather gradients")
+    ws = [torch.ones(n, requires_grad=True) for _ in range(2)]
+    for out in hvd.grouped_reducescatter(ws, op=hvd.Sum):
+        out.backward(torch.ones(1))
+    check(all(torch.equal(w.grad, full((n,), n)) for w in ws), "grouped_reducescatter gradients")
+
+
+def mode_types():
+    r, n = hvd.rank(), hvd.size()
+    for dtype in (torch.int16, torch.bool):
+        mine = (torch.arange(6, dtype=torch.int16) * 1000 + r).to(dtype).view(3, 2)
+        for root in range(n):
+            want = (torch.arange(6, dtype=torch.int16) * 1000 + root).to(dtype).view(3, 2)
+            got = hvd.broadcast(mine, root)
+            check(got.dtype == dtype and torch.equal(got, want), f"broadcast {dtype} root {root}: {got}")
+            b = mine.clone()
+            check(hvd.broadcast_(b, root) is b and torch.equal(b, want), f"broadcast_ {dtype} root {root}")
+        mine = (torch.full((r + 1, 2), 300 * r - 7, dtype=torch.int16)).to(dtype)
+        got = hvd.allgather(mine)
+        want = torch.cat([torch.full((q + 1, 2), 300 * q - 7, dtype=torch.int16).to(dtype) for q in range(n)])
+        check(got.dtype == dtype and torch.equal(got, want), f"allgather {dtype}: {got}")
+        x = torch.cat([torch.full((j + 1, 2), 1000 * r + j, dtype=torch.int16) for j in range(n)]).to(dtype)
+        got, recv = hvd.alltoall(x, splits=[j + 1 for j in range(n)])
+        want = torch.cat([torch.full((r + 1, 2), 1000 * q + r, dtype=torch.int16) for q in range(n)]).to(dtype)
+        check(got.dtype == dtype and torch.equal(got, want), f"alltoall {dtype}: {got}")
+    # integer scale factors, as Horovod: scaled in float64 and truncated toward zero;
+    # Average a Sum whose postscale is divided by size()
+    x = torch.tensor([7, -7, 100, 3], dtype=torch.int32) * (r + 1)
+    inputs = [torch.tensor([7, -7, 100, 3], dtype=torch.int32) * (q + 1) for q in range(n)]
+    pre = sum((t.double() * 0.3).to(torch.int32) for t in inputs)
+    check(torch.equal(hvd.allreduce(x, op=hvd.Sum, prescale_factor=0.3), pre), "allreduce int32 prescale")
+    total = sum(inputs)
+    post = (total.double() * (0.7 / n)).to(torch.int32)
+    got = hvd.allreduce(x, op=hvd.Average, postscale_factor=0.7)
+    check(got.dtype == torch.int32 and torch.equal(got, post), f"allreduce int32 average postscale: {got} {post}")
+    y = x.clone()
+    check(hvd.allreduce_(y, op=hvd.Sum, postscale_factor=2.5) is y and torch.equal(y, (total.double() * 2.5).int()),
+          "allreduce_ int32 postscale")
+    x64 = torch.arange(2 * n, dtype=torch.int64) * (r + 1)
+    got = hvd.reducescatter(x64, op=hvd.Sum, prescale_factor=0.5)
+    want = sum((torch.arange(2 * n, dtype=torch.int64) * (q + 1)).double().mul(0.5).long() for q in range(n))
+    check(torch.equal(got, want[2 * r:2 * r + 2]), f"reducescatter int64 prescale: {got}")
+
+
+def mode_api():
+    r, n = hvd.rank(), hvd.size()
+    check(isinstance(hvd.nccl_built(), int) and hvd.nccl_built() >= 0, "nccl_built is a version code or 0")
+    check(hvd.cuda_built() == (hvd.nccl_built() > 0), "cuda_built follows the NCCL backend")
+    check(not any(f() for f in (hvd.mpi_built, hvd.mpi_enabled, hvd.gloo_built, hvd.gloo_enabled, hvd.ccl_built,
+                                hvd.rocm_built, hvd.ddl_built)), "no MPI, Gloo, oneCCL, ROCm or DDL")
+    raises(ValueError, hvd.mpi_threads_supported, "mpi_threads_supported", "does not use MPI")
+    raises(NotImplementedError, lambda: hvd.start_timeline("/tmp/x"), "start_timeline", "--events")
+    raises(NotImplementedError, lambda: hvd.reducescatter(torch.ones(n), process_set=object()),
+           "a process set", "process sets")
+    # async and grouped forms against the synchronous ones
+    x = torch.arange(2.0 * n) + r
+    want = hvd.reducescatter(x, op=hvd.Sum)
+    h = hvd.reducescatter_async(x, op=hvd.Sum)
+    check(torch.equal(hvd.synchronize(h), want), "reducescatter_async")
+    got = hvd.synchronize(hvd.grouped_reducescatter_async([x, x * 2], op=hvd.Sum))
+    check(torch.equal(got[0], want) and torch.equal(got[1], want * 2), "grouped_reducescatter_async")
+    out, recv = hvd.synchronize(hvd.alltoall_async(x))
+    check(torch.equal(out, hvd.alltoall(x)) and recv.tolist() == [2] * n, "alltoall_async (output, splits)")
+    got = hvd.synchronize(hvd.grouped_allreduce_async([x, x + 1], op=hvd.Sum))
+    check(torch.equal(got[1], hvd.allreduce(x + 1, op=hvd.Sum)), "grouped_allreduce_async")
+    ys = [x.clone(), x.clone()]
+    got = hvd.synchronize(hvd.grouped_allreduce_async_(ys, op=hvd.Max))
+    check(got[0] is ys[0] and torch.equal(ys[1], hvd.allreduce(x, op=hvd.Max)), "grouped_allreduce_async_")
+    got = hvd.synchronize(hvd.grouped_allgather_async([x[:1], x[:2]]))
+    check(torch.equal(got[1], hvd.allgather(x[:2])), "grouped_allgather_async")
+    check(torch.equal(hvd.grouped_allgather([x])[0], hvd.allgather(x)), "grouped_allgather")
+    # splits Horovod refuses with ValueError
+    raises(ValueError, lambda: hvd.alltoall(torch.ones(n), splits=torch.ones(n)), "float splits", "32-bit")
+    raises(ValueError, lambda: hvd.alltoall(torch.ones(n), splits=[1] * (n + 1)), "too many splits", "summing")
+    # disagreements Horovod refuses on every rank, the job going on after each
+    shape = (4, 6) if r == 0 else (4, 3, 2)
+    raises(hvd.ElasticrunError, lambda: hvd.allreduce(torch.ones(shape)), "allreduce of equal counts, other shapes",
+           "different shapes")
+    raises(hvd.ElasticrunError, lambda: hvd.broadcast(torch.ones(3), r), "broadcast from a root per rank",
+           "different root ranks")
+    raises(ValueError, lambda: hvd.broadcast(torch.ones(3), n), "broadcast from a root past the last rank", "root rank")
+    check(torch.equal(hvd.allreduce(torch.ones(2), op=hvd.Sum), full((2,), n)), "allreduce after the refusals")
+    # DistributedOptimizer without named_parameters names every parameter, the same on every rank
+    model = torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.Linear(3, 3))
+    opt = hvd.DistributedOptimizer(torch.optim.SGD([{"params": model[0].parameters()},
+                                                    {"params": model[1].parameters()}], lr=0.1))
+    names = sorted(opt._parameter_names.values())
+    check(len(names) == 4 and len(set(names)) == 4 and all(x == names for x in hvd.allgather_object(names)),
+          f"_parameter_names without named_parameters: {names}")
+    # a fresh optimizer: zero gradients where one is wanted and none is there (Horovod's)
+    a = torch.nn.Parameter(torch.tensor([1, 3], dtype=torch.int32), requires_grad=False)
+    b = torch.nn.Parameter(torch.rand(4))
+    opt = torch.optim.SGD([a, b], lr=0.1, momentum=0.9)
+    hvd.broadcast_optimizer_state(opt, 0)
+    check(a.grad is None and b.grad is not None and torch.equal(b.grad, torch.zeros(4)),
+          f"broadcast_optimizer_state gradients: {a.grad} {b.grad}")
+
+
+def main():
+    mode = sys.argv[1]
+    if mode == "api":
+        check(hvd.nccl_built() >= 0 and not hvd.mpi_built(), "build queries before init")
+    hvd.init()
+    globals()["mode_" + mode]()
+    hvd.shutdown()
+    finish(f"horovod_checks {mode}")
+
+
+if __name__ == "__main__":
+    main()
