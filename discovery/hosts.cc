@@ -28,8 +28,23 @@ Result<int> parse_slots(std::string_view s) {
   return v;
 }
 
+// An IPv6 address without brackets: "2001:db8::10:4" is an address with 4 slots or an
+// address alone, nobody can tell, so it is refused with both bracketed spellings.
+Result<void> check_unbracketed(std::string_view e) {
+  std::string_view host = e.substr(e.find('@') == std::string_view::npos ? 0 : e.find('@') + 1);
+  if (host.empty() || host.front() == '[' || host.find(':') == host.rfind(':')) return {};
+  std::size_t last = host.rfind(':');
+  std::string_view user = e.substr(0, e.size() - host.size()), address = host.substr(0, last);
+  if (address.back() == ':')  // "fe80::1": no address before the last colon, no slots after it
+    return fail(fmt::format("'{}': an IPv6 address goes in brackets: '{}[{}]'", e, user, host));
+  return fail(fmt::format("'{}' is ambiguous: an IPv6 address goes in brackets, '{}[{}]:{}' for {} slots or "
+                          "'{}[{}]'",
+                          e, user, address, host.substr(last + 1), host.substr(last + 1), user, host));
+}
+
 // "host" or "host:N"; a bracketed IPv6 address may carry ":N" after the bracket.
 Result<Host> parse_entry(std::string_view e, int default_slots) {
+  if (auto ok = check_unbracketed(e); !ok) return Failure{ok.error()};
   Host h{std::string(e), default_slots};
   std::size_t colon = e.rfind(':');
   bool bracketed = !e.empty() && e.front() == '[';

@@ -31,6 +31,32 @@ TEST(HostList, RejectsBadEntriesWithAReason) {
   }
 }
 
+// An IPv6 address without brackets cannot carry slots unambiguously: refused, naming both
+// bracketed spellings (it was taken for the host "2001:db8:" with 10 slots).
+TEST(HostList, RefusesAnUnbracketedIpv6Address) {
+  struct Case {
+    const char* in;
+    const char* why;
+  } cases[] = {
+      {"2001:db8::10:4", "'2001:db8::10:4' is ambiguous: an IPv6 address goes in brackets, '[2001:db8::10]:4' for 4 "
+                         "slots or '[2001:db8::10:4]'"},
+      {"a:2,2001:db8::10", "'[2001:db8::10]'"},
+      {"me@fe80::1", "'me@fe80::1': an IPv6 address goes in brackets: 'me@[fe80::1]'"},
+      {"fe80::1:8", "'[fe80::1]:8' for 8 slots or '[fe80::1:8]'"},
+  };
+  for (const auto& c : cases) {
+    auto h = discovery::parse_host_list(c.in, 1);
+    ASSERT_FALSE(h.ok()) << c.in;
+    EXPECT_NE(h.error().find(c.why), std::string::npos) << c.in << " -> " << h.error();
+  }
+  auto f = discovery::parse_hostfile("::1 slots=2\n", 1);
+  ASSERT_FALSE(f.ok());
+  EXPECT_NE(f.error().find("'[::1]'"), std::string::npos) << f.error();
+  auto ok = discovery::parse_host_list("me@[2001:db8::10]:4,host:2", 1);
+  ASSERT_TRUE(ok.ok()) << ok.error();
+  EXPECT_EQ((*ok)[0], (Host{"me@[2001:db8::10]", 4}));
+}
+
 TEST(HostList, AcceptsBracketedIpv6) {
   auto h = discovery::parse_host_list("[::1]:3", 1);
   ASSERT_TRUE(h.ok()) << h.error();
