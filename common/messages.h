@@ -67,9 +67,14 @@ struct JoinOk {
   std::uint64_t epoch = 0;
   std::int32_t rank = 0, size = 0, local_rank = 0, local_size = 0, cross_rank = 0, cross_size = 0;
   std::uint32_t heartbeat_ms = 0;
+  // How many times this place has joined this epoch, this join included: 2 and more after
+  // a worker's shutdown() and init() again (every rank of the job doing so in step, as
+  // Horovod's test suite does). The worker's key-value scope carries it, so that a new
+  // incarnation never reads what the previous one published. Absent (an older server): 1.
+  std::uint32_t join_seq = 1;
   void encode(wire::Encoder& e) const {
     e.u64(req).u64(epoch).i32(rank).i32(size).i32(local_rank).i32(local_size).i32(cross_rank).i32(cross_size);
-    e.u32(heartbeat_ms);
+    e.u32(heartbeat_ms).u32(join_seq);
   }
   static JoinOk decode(wire::Decoder& d) {
     JoinOk j;
@@ -78,6 +83,8 @@ struct JoinOk {
     j.rank = d.i32(), j.size = d.i32(), j.local_rank = d.i32(), j.local_size = d.i32();
     j.cross_rank = d.i32(), j.cross_size = d.i32();
     j.heartbeat_ms = d.u32();
+    if (d.remaining() > 0) j.join_seq = d.u32();
+    if (j.join_seq == 0) throw wire::DecodeError("join-ok: join sequence 0 (the first join is 1)");
     return j;
   }
 };

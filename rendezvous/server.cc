@@ -170,10 +170,12 @@ void Server::answer_rejoin(const std::shared_ptr<Session>& s, std::uint64_t req)
   collect_epochs();
 }
 
-msg::JoinOk Server::join_ok(std::uint64_t req, const WorkerPlace& p) const {
+msg::JoinOk Server::join_ok(std::uint64_t req, const WorkerPlace& p) {
   auto beat = liveness_ ? heartbeat_interval(liveness_->timeout()) : std::chrono::milliseconds(0);
-  return msg::JoinOk{req, assignment_.epoch, p.rank, assignment_.size(), p.local_rank, p.local_size,
-                     p.cross_rank, p.cross_size, static_cast<std::uint32_t>(beat.count())};
+  std::uint32_t seq = ++epochs_[assignment_.epoch].joins[{p.host, p.slot}];
+  return msg::JoinOk{req,          assignment_.epoch, p.rank,       assignment_.size(),
+                     p.local_rank, p.local_size,      p.cross_rank, p.cross_size,
+                     static_cast<std::uint32_t>(beat.count()), seq};
 }
 
 Server::EpochState* Server::epoch_of(const std::shared_ptr<Session>& s, std::uint64_t req) {

@@ -115,6 +115,7 @@ class Server : private SessionHost {
     std::map<std::string, wire::Bytes> kv;
     std::multimap<std::string, Waiter> kv_waiters;
     std::map<std::string, BarrierState> barriers;
+    std::map<std::pair<std::string, int>, std::uint32_t> joins;  // by place: how many times it joined
   };
 
   void on_socket(boost::asio::ip::tcp::socket sock);
@@ -132,7 +133,8 @@ class Server : private SessionHost {
   void on_closed(const std::shared_ptr<Session>& s, bool clean) override;
   // Every liveness tick: gives up the workers silent for the worker timeout.
   void watch_liveness();
-  msg::JoinOk join_ok(std::uint64_t req, const WorkerPlace& p) const;
+  // The answer to a join or re-join of place `p` in the current epoch (counted: join_seq).
+  msg::JoinOk join_ok(std::uint64_t req, const WorkerPlace& p);
   void answer_rejoin(const std::shared_ptr<Session>& s, std::uint64_t req);
   // The session's epoch state, or null (and an error sent for `req`) if it ended.
   EpochState* epoch_of(const std::shared_ptr<Session>& s, std::uint64_t req);

@@ -142,6 +142,20 @@ TEST(Frame, RandomGarbageNeverCrashesTheDecoders) {
   }
 }
 
+// JoinOk's join sequence: round-trips; an older server's JoinOk (without it) reads as the
+// first join; 0 is malformed.
+TEST(Messages, JoinOkCarriesItsJoinSequence) {
+  msg::JoinOk j{7, 3, 1, 4, 1, 2, 0, 2, 250, 5};
+  EXPECT_EQ(msg::parse<msg::JoinOk>(msg::to_frame(j)).join_seq, 5u);
+  Frame f = msg::to_frame(j);
+  f.payload.resize(f.payload.size() - 4);
+  auto old = msg::parse<msg::JoinOk>(f);
+  EXPECT_EQ(old.join_seq, 1u);
+  EXPECT_EQ(old.heartbeat_ms, 250u);
+  j.join_seq = 0;
+  EXPECT_THROW(msg::parse<msg::JoinOk>(msg::to_frame(j)), wire::DecodeError);
+}
+
 TEST(Messages, ParseRejectsTheWrongType) {
   Frame f = msg::to_frame(msg::Ok{3});
   EXPECT_THROW(msg::parse<msg::Join>(f), wire::DecodeError);

@@ -2,8 +2,10 @@
 //
 //   testprog [--init] [--topology] [--fail-rank R (--fail-code C | --fail-signal S)]
 //            [--allreduce-seconds T] [--slow-rank R --slow-seconds T] [--sleep T] [--print-env VAR]
-//            [--tag X]
+//            [--tag X] [--reinit N]
 //
+// --reinit: N times init(), an allreduce checked against its sum, shutdown() (the
+// library re-initialised in one process, as Horovod's test suite does between tests).
 // --slow-rank: that rank of epoch 1 spends T seconds in its own code before its first
 // allreduce (a long step), while its peers wait for it there.
 #include <elasticrun/elasticrun.hpp>
@@ -21,7 +23,7 @@
 
 int main(int argc, char** argv) {
   bool init = false, topology = false, elastic = false;
-  int fail_rank = -1, fail_code = 0, fail_signal = 0, slow_rank = -1;
+  int fail_rank = -1, fail_code = 0, fail_signal = 0, slow_rank = -1, reinit = 0;
   double allreduce_seconds = 0, sleep_seconds = 0, slow_seconds = 0;
   std::vector<std::string> print_env;
   for (int i = 1; i < argc; ++i) {
@@ -39,6 +41,7 @@ int main(int argc, char** argv) {
     else if (a == "--elastic") init = elastic = true;
     else if (a == "--print-env") print_env.push_back(next());
     else if (a == "--tag") next();
+    else if (a == "--reinit") reinit = std::stoi(next());
     else {
       std::fprintf(stderr, "testprog: unknown argument %s\n", a.c_str());
       return 64;
@@ -48,6 +51,24 @@ int main(int argc, char** argv) {
     const char* val = std::getenv(v.c_str());
     std::printf("%s=%s\n", v.c_str(), val ? val : "(unset)");
   }
+  for (int cycle = 0; cycle < reinit; ++cycle) {
+    elasticrun::init();
+    const auto& t = elasticrun::context().topology();
+    std::vector<std::int64_t> x(4096, t.rank + 1);  // past the small-message paths too
+    elasticrun::allreduce(std::span(x), elasticrun::ReduceOp::sum);
+    const std::int64_t want = static_cast<std::int64_t>(t.size) * (t.size + 1) / 2;
+    for (std::int64_t got : x)
+      if (got != want) {
+        std::fprintf(stderr, "testprog: cycle %d: allreduce gave %lld, want %lld\n", cycle,
+                     static_cast<long long>(got), static_cast<long long>(want));
+        return 1;
+      }
+    elasticrun::context().comm().barrier();
+    std::printf("reinit cycle %d rank %d ok\n", cycle, t.rank);
+    std::fflush(stdout);
+    elasticrun::shutdown();
+  }
+  if (reinit > 0) return 0;
   int rank = -1;
   if (init) {
     elasticrun::init();

@@ -12,7 +12,8 @@ WORKER = HERE / "workers" / "core_checks.py"
 # One host (the shared-memory path) and two hosts (UCX between them).
 LAYOUTS = {"one-host": ["-np", 2], "two-hosts": ["-np", 3, "-H", "localhost:2,127.0.0.2:1"]}
 # At least this many checks per rank, so that a mode that stopped checking fails.
-MODES = {"collectives": 400, "scaling": 8, "order": 100, "errors": 15, "before_init": 3, "dlpack": 28}
+MODES = {"collectives": 400, "scaling": 8, "order": 100, "errors": 15, "before_init": 3, "dlpack": 28,
+         "reinit": 18}
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)

@@ -20,6 +20,20 @@ TEST_F(RendezvousTest, JoinAssignsRanksAndTopology) {
   EXPECT_EQ(c->joined().cross_size, 2);
 }
 
+// A place that left and joins the same epoch again (shutdown() and init() in one
+// process) is told which join of the epoch this is: its key-value scope then differs
+// from the one its previous incarnation published in.
+TEST_F(RendezvousTest, AJoinAgainOfTheSameEpochIsCounted) {
+  auto c = join("h1", 0);
+  EXPECT_EQ(c->joined().join_seq, 1u);
+  c->leave();
+  c.reset();
+  auto again = join("h1", 0);
+  EXPECT_EQ(again->joined().rank, 2);
+  EXPECT_EQ(again->joined().join_seq, 2u);
+  EXPECT_EQ(join("h0", 0)->joined().join_seq, 1u);  // counted by place
+}
+
 TEST_F(RendezvousTest, KeyValueGetWaitsForSet) {
   auto a = join("h0", 0), b = join("h0", 1);
   std::thread setter([&] {

@@ -20,6 +20,7 @@ struct Context::Impl {
   std::chrono::milliseconds timeout = collective::settings::kDefaultCollectiveTimeout;
   std::chrono::milliseconds rejoin_timeout = collective::settings::kDefaultCollectiveTimeout;
   int resets = 0;
+  std::uint32_t join_seq = 1;  // of the epoch joined (msg::JoinOk)
   bool stop = false;  // a report was answered "stop"
   std::shared_ptr<collective::RendezvousClient> client;  // null for a standalone communicator
   std::unique_ptr<Communicator> comm;
@@ -45,7 +46,9 @@ std::unique_ptr<Communicator> make_comm(const msg::JoinOk& j, const std::shared_
   cfg.size = j.size;
   cfg.local_size = j.local_size;
   cfg.local_rank = j.local_rank;
-  cfg.scope = "e" + std::to_string(j.epoch) + "/";
+  // A later join of the same epoch by this place (shutdown() and init() again) has a
+  // scope of its own: nothing the previous incarnations published is read.
+  cfg.scope = "e" + std::to_string(j.epoch) + (j.join_seq > 1 ? "." + std::to_string(j.join_seq) : "") + "/";
   cfg.timeout = timeout;
   return collective::make_host_communicator(cfg, client, client->abort_signal());
 }
@@ -84,6 +87,7 @@ void Context::connect(msg::JoinOk j, std::chrono::steady_clock::time_point deadl
     try {
       impl_->comm = make_comm(j, client, impl_->timeout);
       impl_->topo = topology_of(j, impl_->topo.host);
+      impl_->join_seq = j.join_seq;
       return;
     } catch (const WorkersFailed&) {
       j = client->rejoin(j.epoch + 1, deadline);
@@ -105,7 +109,7 @@ void ContextInternals::state_synced(Context& ctx, std::uint64_t commits) {
   if (ctx.impl_->client) (void)ctx.impl_->client->synced(commits);
 }
 std::string ContextInternals::next_device_scope(Context& ctx) {
-  return ctx.impl_->device_scopes.next(ctx.impl_->topo.epoch);
+  return ctx.impl_->device_scopes.next(ctx.impl_->topo.epoch, ctx.impl_->join_seq);
 }
 
 bool Context::hosts_updated() const { return impl_->client && impl_->client->hosts_updated(); }

@@ -6,12 +6,14 @@ namespace elasticrun::collective {
 
 std::string nccl_id_key(const std::string& scope) { return scope + "nccl/id"; }
 
-std::string DeviceScopes::next(std::uint64_t epoch) {
-  if (epoch != epoch_) {
+std::string DeviceScopes::next(std::uint64_t epoch, std::uint32_t join) {
+  if (epoch != epoch_ || join != join_) {
     epoch_ = epoch;
+    join_ = join;
     created_ = 0;
   }
-  return "e" + std::to_string(epoch) + "/d" + std::to_string(created_++) + "/";
+  return "e" + std::to_string(epoch) + (join > 1 ? "." + std::to_string(join) : "") + "/d" +
+         std::to_string(created_++) + "/";
 }
 
 Bytes exchange_nccl_id(Store& store, const std::string& scope, int rank, const std::function<Bytes()>& make_id,

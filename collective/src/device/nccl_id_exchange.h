@@ -31,10 +31,13 @@ std::string nccl_id_key(const std::string& scope);
 // joined later counts like those that were there before.
 class DeviceScopes {
  public:
-  std::string next(std::uint64_t epoch);
+  // `join`: the context's join of the epoch (msg::JoinOk::join_seq): a later one has
+  // scopes of its own.
+  std::string next(std::uint64_t epoch, std::uint32_t join = 1);
 
  private:
   std::uint64_t epoch_ = 0;
+  std::uint32_t join_ = 1;
   std::uint64_t created_ = 0;
 };
 

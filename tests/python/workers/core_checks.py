@@ -173,6 +173,21 @@ def mode_errors():
     check(er.allreduce(np.ones(2, dtype=np.int32))[0] == er.size(), "allreduce after the errors")
 
 
+def mode_reinit():
+    """shutdown() and init() again, as Horovod's test suite does between tests: each
+    incarnation's collectives work (numpy, and torch where the package has it)."""
+    for cycle in range(6):
+        er.shutdown()
+        check(not er.is_initialized(), f"cycle {cycle}: is_initialized after shutdown")
+        er.init()
+        x = np.full(5000, er.rank() + 1, dtype=np.int64)
+        er.allreduce(x, op=er.Sum, out=x)
+        want = er.size() * (er.size() + 1) // 2
+        check((x == want).all(), f"cycle {cycle}: allreduce after init again: {x[:3]} want {want}")
+        got = er.broadcast_object({"cycle": cycle, "from": er.rank()}, 0)
+        check(got == {"cycle": cycle, "from": 0}, f"cycle {cycle}: broadcast_object {got}")
+
+
 def mode_before_init():
     expect_raises(er.ElasticrunError, lambda: er.allreduce(np.ones(2, dtype=np.float32)), "not initialised",
                   "before init")
