@@ -397,9 +397,9 @@ Result<ParseOutcome> parse_options(int argc, const char* const* argv) {
   } else if (!o.discovered()) {
     o.hosts = {{"localhost", o.np > 0 ? o.np : 1}};
   }
+  int offered = 0;  // by a fixed host list (-H, --hostfile, the default)
+  for (const auto& h : o.hosts) offered += h.slots;
   if (!o.discovered()) {
-    int offered = 0;
-    for (const auto& h : o.hosts) offered += h.slots;
     if (o.np == 0) o.np = o.elastic ? std::min(offered, o.max_np > 0 ? o.max_np : offered) : offered;
     if (o.np > offered && !o.elastic)
       return fail(fmt::format("-np {} but the hosts offer only {} slots", o.np, offered));
@@ -410,8 +410,6 @@ Result<ParseOutcome> parse_options(int argc, const char* const* argv) {
       return fail(fmt::format("--max-np {} is below --min-np {}", o.max_np, o.min_np));
     // A fixed host list never offers more than it does now: waiting --elastic-timeout
     // for slots it cannot have would only delay the same failure.
-    int offered = 0;
-    for (const auto& h : o.hosts) offered += h.slots;
     if (!o.discovered() && o.min_np > offered)
       return fail(fmt::format("--min-np {} but the hosts offer only {} slots (a fixed host list; give a "
                               "--host-discovery-script for hosts that come later)",
