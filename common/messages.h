@@ -70,11 +70,13 @@ struct JoinOk {
   // How many times this place has joined this epoch, this join included: 2 and more after
   // a worker's shutdown() and init() again (every rank of the job doing so in step, as
   // Horovod's test suite does). The worker's key-value scope carries it, so that a new
-  // incarnation never reads what the previous one published. Absent (an older server): 1.
+  // incarnation never reads what the previous one published. Sent only when above 1, so
+  // that a first join's answer is what a library older than the field reads; absent: 1.
   std::uint32_t join_seq = 1;
   void encode(wire::Encoder& e) const {
     e.u64(req).u64(epoch).i32(rank).i32(size).i32(local_rank).i32(local_size).i32(cross_rank).i32(cross_size);
-    e.u32(heartbeat_ms).u32(join_seq);
+    e.u32(heartbeat_ms);
+    if (join_seq != 1) e.u32(join_seq);
   }
   static JoinOk decode(wire::Decoder& d) {
     JoinOk j;

@@ -107,7 +107,7 @@ def test_a_newcomer_that_synced_carries_the_state_on(job, tmp_path):
     state it received (a library whose sync left its restore point at the initial model
     started the commits again from 0), and it must count as a holder (a driver that did
     not hear its sync ended the job)."""
-    args = ["--steps", 60, "--dim", 64, "--batch", 48, "--commit-every", 10, "--step-ms", 100]
+    args = ["--steps", 50, "--dim", 64, "--batch", 48, "--commit-every", 10, "--step-ms", 200]
     p, ev = grown_job(job, tmp_path, args, "127.0.0.2:1")
     wait_for_event(job, ev, "state_synced", epoch=2, host="127.0.0.2")
     kill_host_worker(job, "localhost", 2)

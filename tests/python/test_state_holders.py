@@ -44,11 +44,11 @@ def test_a_partial_sync_keeps_this_ranks_commit_count(job, tmp_path):
 
 
 def test_a_newcomer_that_synced_carries_the_state_on(job, tmp_path):
-    p, ev = grown_job(job, tmp_path, "127.0.0.2:1", 60, "--step-ms", 150)
+    p, ev = grown_job(job, tmp_path, "127.0.0.2:1", 40, "--step-ms", 250)
     wait_for_event(job, ev, "state_synced", epoch=2, host="127.0.0.2")
     os.kill(workers_of(job, "elastic_numpy.py", 2)["localhost"], signal.SIGKILL)
     out, err = p.communicate(timeout=120)
-    check(out, err, p.returncode, 1, 60, min_epoch=3)
+    check(out, err, p.returncode, 1, 40, min_epoch=3)
     # Killed before the grown epoch's first commit.
     assert not re.search(r"committed step \d+ size \d+ epoch 2$", out, re.M), out[-2000:]
 
