@@ -230,8 +230,11 @@ void Sweep::on_exit(Trial& t, int status) {
     bool cut = t.stopping && !t.completed;
     end_trial(t, cut ? "stopped" : "finished", cut ? "stopped by the scheduler: " + t.stop_reason : "");
   } else {
+    // A job ends at once when its workers failed on every host it may use (no cool-down
+    // to wait for): the last of those failures says why.
     t.rec.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    end_trial(t, "failed", "its job " + describe_status(status) + " (see " +
+    std::string failed = t.last_failure.empty() ? "" : "; its workers failed (last: " + t.last_failure + ")";
+    end_trial(t, "failed", "its job " + describe_status(status) + failed + " (see " +
                                (exp_->trial_dir(t.rec.id) / "output.log").string() + ")");
   }
   if (interrupted_) {

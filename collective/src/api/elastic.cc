@@ -5,6 +5,7 @@
 // same logic serves both and is tested on CPU with a MemoryOps that fakes a GPU.
 #include <elasticrun/elastic.hpp>
 
+#include "api/context_internal.h"
 #include "api/durable.h"
 
 #include <algorithm>
@@ -280,6 +281,9 @@ void State::sync() {
   impl_->commits = commits;
   impl_->snapshot();
   impl_->holds_state = true;
+  // Only now, with the snapshot taken, does this worker hold the job's state: the driver
+  // may make it rank 0 of a later epoch (cmd/controller.h, the holder rule).
+  ContextInternals::state_synced(impl_->ctx, commits);
 }
 
 void State::on_reset(std::function<void()> callback) {
