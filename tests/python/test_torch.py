@@ -29,13 +29,19 @@ def check_ok_lines(r, tag, n):
 MIN_CHECKS = {"allreduce": 700, "others": 180, "functions": 6, "state": 11, "syncbn": 22}
 
 
+def run_checks(job, worker, tag, mode, np, least):
+    """`worker mode` at `np` ranks: exit 0, each rank's `<tag> <mode>: OK <n> checks` with
+    n >= least (a mode that stopped checking fails)."""
+    r = run_python(job, ["-np", np], worker, mode, timeout=180)
+    check_ok_lines(r, f"{tag} {mode}: OK", np)
+    counts = [int(c) for c in re.findall(rf"{tag} {mode}: OK (\d+) checks", r.stdout)]
+    assert len(counts) == np and min(counts) >= least, counts
+
+
 @pytest.mark.parametrize("np", [2, 3])
 @pytest.mark.parametrize("mode", list(MIN_CHECKS))
 def test_collectives_match_references(job, mode, np):
-    r = run_python(job, ["-np", np], CHECKS, mode, timeout=180)
-    check_ok_lines(r, f"torch_checks {mode}: OK", np)
-    counts = [int(c) for c in re.findall(rf"torch_checks {mode}: OK (\d+) checks", r.stdout)]
-    assert len(counts) == np and min(counts) >= MIN_CHECKS[mode], counts
+    run_checks(job, CHECKS, "torch_checks", mode, np, MIN_CHECKS[mode])
 
 
 HOROVOD = HERE / "workers" / "horovod_checks.py"
@@ -46,10 +52,7 @@ HOROVOD_MIN = {"gradients": 14, "types": 16, "api": 22}
 @pytest.mark.parametrize("mode", list(HOROVOD_MIN))
 def test_horovod_semantics(job, mode, np):
     """Horovod's gradients, types, scale factors, async and grouped forms, build queries."""
-    r = run_python(job, ["-np", np], HOROVOD, mode, timeout=180)
-    check_ok_lines(r, f"horovod_checks {mode}: OK", np)
-    counts = [int(c) for c in re.findall(rf"horovod_checks {mode}: OK (\d+) checks", r.stdout)]
-    assert len(counts) == np and min(counts) >= HOROVOD_MIN[mode], counts
+    run_checks(job, HOROVOD, "horovod_checks", mode, np, HOROVOD_MIN[mode])
 
 
 def test_collective_before_init_is_a_clear_error():
