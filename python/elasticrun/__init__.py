@@ -44,6 +44,7 @@ except ImportError:  # plain pickle: those are a PicklingError
 from elasticrun import _core
 from elasticrun._core import (ElasticTimeoutError, ElasticrunError, Handle, HostsUpdatedError, ProtocolError,
                               WorkersFailedError)
+from elasticrun import process_sets as _process_sets
 
 __all__ = [
     "init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size", "cross_rank", "cross_size",
@@ -64,7 +65,15 @@ HorovodInternalError = WorkersFailedError
 HostsUpdatedInterrupt = HostsUpdatedError
 
 init = _core.init
-shutdown = _core.shutdown
+
+
+def shutdown():
+    """Leaves the job; collectives after it raise until init() again. Every process set
+    is forgotten."""
+    _process_sets._forget()
+    _core.shutdown()
+
+
 is_initialized = _core.is_initialized
 rank = _core.rank
 size = _core.size

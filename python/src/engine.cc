@@ -130,10 +130,20 @@ void execute_on_device(Context& ctx, const Request& r) {
 
 }  // namespace
 
+Communicator& communicator(Context& ctx, int set, const std::vector<int>& members) {
+  // comm() is looked up for each request: a re-join replaces it (and its subsets).
+  return set == 0 ? ctx.comm() : ctx.comm().subset(set, members);
+}
+
 void execute(Context& ctx, const Request& r) {
-  if (r.device >= 0) return execute_on_device(ctx, r);
-  // comm() is looked up for each request: a re-join replaces it.
-  Communicator& comm = ctx.comm();
+  if (r.device >= 0) {
+    if (r.set != 0)
+      throw Error(fmt::format("{}: process sets run in host memory (elasticrun.torch moves a CUDA tensor's "
+                              "data there for them)",
+                              kind_name(r.kind)));
+    return execute_on_device(ctx, r);
+  }
+  Communicator& comm = communicator(ctx, r.set, r.members);
   if (r.check && r.kind != Request::Kind::barrier) check_agreement(comm, r);
   switch (r.kind) {
     case Request::Kind::allreduce: return allreduce(comm, r);

@@ -57,7 +57,14 @@ struct Request {
   // prescale or postscale (the torch layer scales with torch).
   int device = -1;
   void* stream = nullptr;
+  // A process set (Communicator::subset): its id (0: every rank) and its members, the
+  // current communicator's ranks in the set's order. Host memory only.
+  int set = 0;
+  std::vector<int> members;
 };
+
+// The communicator a request runs on: the current epoch's, or its subset `set`.
+Communicator& communicator(Context& ctx, int set, const std::vector<int>& members);
 
 // Runs one request on the current epoch's communicator (a device request: on the
 // process's device collectives, see process_engine.h).

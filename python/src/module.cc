@@ -250,7 +250,8 @@ py::object alltoall(py::object x, py::object out, bool async) {
 // tensors on that device, reduced through NCCL on `stream` (Request::device).
 py::object ptr_collective(const std::string& kind, std::uintptr_t in, std::uintptr_t out, std::size_t count,
                           int type, int op, int root, double prescale, double postscale, bool async,
-                          py::object keep, bool check, int device, std::uintptr_t stream, std::int64_t shape) {
+                          py::object keep, bool check, int device, std::uintptr_t stream, std::int64_t shape,
+                          int set, std::vector<int> members) {
   if (type < 0 || type > static_cast<int>(DataType::i64)) throw py::value_error("unknown element type code");
   Request r;
   if (kind == "allreduce") r.kind = Request::Kind::allreduce;
@@ -266,6 +267,8 @@ py::object ptr_collective(const std::string& kind, std::uintptr_t in, std::uintp
   r.shape = shape;
   r.device = device < 0 ? -1 : device;
   r.stream = reinterpret_cast<void*>(stream);
+  r.set = set;
+  r.members = std::move(members);
   return issue([r](Context& ctx) { execute(ctx, r); }, async, keep, yields(py::none()));
 }
 
@@ -349,12 +352,18 @@ PYBIND11_MODULE(_core, m) {
   m.def("reduce_scatter", &python::reduce_scatter, py::arg("tensor"), py::arg("op") = 0, py::arg("async_") = false);
   m.def("alltoall", &python::alltoall, py::arg("tensor"), py::arg("out") = py::none(), py::arg("async_") = false);
   m.def(
-      "barrier", [](bool async) { return issue([](Context& ctx) { ctx.comm().barrier(); }, async, py::none(), yields(py::none())); },
-      py::arg("async_") = false);
+      "barrier",
+      [](bool async, int set, std::vector<int> members) {
+        return issue([set, members](Context& ctx) { communicator(ctx, set, members).barrier(); }, async, py::none(),
+                     yields(py::none()));
+      },
+      py::arg("async_") = false, py::arg("set") = 0, py::arg("members") = std::vector<int>{},
+      "Returns once every rank (of process set `set`, whose members are `members`) has called it");
   m.def("ptr_collective", &ptr_collective, py::arg("kind"), py::arg("inp"), py::arg("out"), py::arg("count"),
         py::arg("dtype"), py::arg("op") = 0, py::arg("root") = 0, py::arg("prescale") = 1.0,
         py::arg("postscale") = 1.0, py::arg("async_") = false, py::arg("keep") = py::none(),
-        py::arg("check") = false, py::arg("device") = -1, py::arg("stream") = 0, py::arg("shape") = 0);
+        py::arg("check") = false, py::arg("device") = -1, py::arg("stream") = 0, py::arg("shape") = 0,
+        py::arg("set") = 0, py::arg("members") = std::vector<int>{});
   m.def(
       "device_status",
       [] {

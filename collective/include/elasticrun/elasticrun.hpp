@@ -124,6 +124,19 @@ class Communicator {
   // in and out hold size()*count elements; block j of in goes to rank j.
   virtual void alltoall(const void* in, void* out, std::size_t count, DataType t) = 0;
   virtual void barrier() = 0;
+
+  // A communicator over some of this one's ranks (a process set, in Horovod's words).
+  // `members`: ranks of this communicator, distinct and in the order of their ranks in
+  // the subset, this process's among them. `id` (1..kMaxSubsets) tells subsets apart:
+  // every member passes the same id with the same members, and collectives of
+  // subsets with different ids never mix, even between the same two ranks. Made at the
+  // first call, without communication, and kept until this communicator goes (with
+  // its epoch) or a call with the same id and other members replaces it. Collectives
+  // on it are issued by its members only, in the same order on each, and run on the
+  // host paths of this communicator's transport. Throws Error for a bad id or members,
+  // or where the communicator has no subsets.
+  static constexpr int kMaxSubsets = 63;
+  virtual Communicator& subset(int id, std::span<const int> members);
 };
 
 // ---- process-wide convenience API ----

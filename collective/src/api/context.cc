@@ -189,4 +189,8 @@ int cross_size() { return context().topology().cross_size; }
 bool report(std::int64_t step, const Metrics& metrics) { return context().report(step, metrics); }
 bool should_stop() { return context().should_stop(); }
 
+Communicator& Communicator::subset(int, std::span<const int>) {
+  throw Error("subset: this communicator has no subsets (process sets)");
+}
+
 }  // namespace elasticrun

@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <thread>
 #include <vector>
 
@@ -62,8 +63,45 @@ class HostCommunicator final : public elasticrun::Communicator {
     tp_ = std::make_unique<UcxTransport>(o, std::move(store), std::move(abort));
   }
 
+  // A process set's communicator: `members` of the parent's transport `tp`, in space
+  // `id`. UCX algorithms only (no shared memory, no hierarchy), on the parent's progress.
+  HostCommunicator(const HostCommConfig& cfg, std::shared_ptr<Store> store, std::shared_ptr<AbortSignal> abort,
+                   std::unique_ptr<Transport> tp)
+      : cfg_(cfg), store_(std::move(store)), abort_(std::move(abort)), tp_(std::move(tp)) {
+    shm_unavailable_ = hier_unavailable_ = "a process set runs on the UCX algorithms";
+  }
+
   int rank() const override { return cfg_.rank; }
   int size() const override { return cfg_.size; }
+
+  Communicator& subset(int id, std::span<const int> members) override {
+    if (id < 1 || id > kMaxSubsets)
+      throw Error("subset: id " + std::to_string(id) + " is not in 1.." + std::to_string(kMaxSubsets));
+    if (cfg_.parent_size > 0) throw Error("subset: a process set has no subsets of its own");
+    std::vector<int> m(members.begin(), members.end());
+    if (m.empty()) throw Error("subset: no members");
+    std::vector<int> seen = m;
+    std::sort(seen.begin(), seen.end());
+    if (seen.front() < 0 || seen.back() >= cfg_.size)
+      throw Error("subset: rank " + std::to_string(seen.front() < 0 ? seen.front() : seen.back()) +
+                  " is not a rank of this communicator (size " + std::to_string(cfg_.size) + ")");
+    if (std::adjacent_find(seen.begin(), seen.end()) != seen.end())
+      throw Error("subset: rank " + std::to_string(*std::adjacent_find(seen.begin(), seen.end())) +
+                  " is named twice");
+    auto me = std::find(m.begin(), m.end(), cfg_.rank);
+    if (me == m.end()) throw Error("subset: rank " + std::to_string(cfg_.rank) + " is not a member");
+    Subset& s = subsets_[id];
+    if (s.comm && s.members == m) return *s.comm;
+    HostCommConfig c = cfg_;
+    c.rank = static_cast<int>(me - m.begin());
+    c.size = c.local_size = static_cast<int>(m.size());
+    c.local_rank = c.rank;
+    c.parent_size = cfg_.size;
+    c.scope = cfg_.scope + "set" + std::to_string(id) + "/";
+    s.comm = std::make_unique<HostCommunicator>(c, store_, abort_, std::make_unique<SubTransport>(*tp_, m, id));
+    s.members = std::move(m);
+    return *s.comm;
+  }
 
   void allreduce(const void* in, void* out, std::size_t count, DataType t, ReduceOp op) override {
     std::size_t bytes = count * size_of(t);
@@ -376,6 +414,12 @@ class HostCommunicator final : public elasticrun::Communicator {
   Workspace ws_;
   std::uint64_t seq_ = 0;
   std::string broken_;
+  // The process sets' communicators by id; they use tp_, so they go first.
+  struct Subset {
+    std::vector<int> members;
+    std::unique_ptr<HostCommunicator> comm;
+  };
+  std::map<int, Subset> subsets_;
 };
 
 }  // namespace

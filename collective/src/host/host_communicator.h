@@ -55,6 +55,7 @@ struct HostCommConfig {
   // messages lets the root run ahead, where shared memory waits for every rank.
   std::size_t shm_broadcast_min_bytes = 4 * 1024;
   std::optional<std::string> shm_dir;        // for the segment; unset: $UCX_POSIX_DIR, else /dev/shm
+  int parent_size = 0;  // a process set's communicator: the size of the one it is part of
 };
 
 // The progress mode that `cfg` resolves to on this machine (env and oversubscription).

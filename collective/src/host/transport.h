@@ -25,11 +25,22 @@ class Transport {
     bool done() const { return handle == nullptr; }
   };
 
-  // Tags carry the collective's sequence number and a step within it.
-  static constexpr int kStepBits = 28;
-  static constexpr int kSeqBits = 16;
+  // Tags carry the collective's sequence number and a step within it, and above them
+  // the space of a subset communicator (a process set: SubTransport adds it), so that
+  // the collectives of two sets sharing a pair of ranks never match each other's
+  // messages. A backend keeps kTagBits of a tag. Sequence numbers wrap: a pair's
+  // messages of one tag match in the order they were sent, and no rank runs 2^14
+  // collectives ahead of a peer it exchanges with.
+  static constexpr int kStepBits = 24;
+  static constexpr int kSeqBits = 14;
+  static constexpr int kSpaceBits = 6;
+  static constexpr int kTagBits = kSpaceBits + kSeqBits + kStepBits;
+  static constexpr int kMaxSpace = (1 << kSpaceBits) - 1;
   static std::uint64_t make_tag(std::uint64_t seq, std::uint64_t step) {
     return ((seq & ((1ull << kSeqBits) - 1)) << kStepBits) | (step & ((1ull << kStepBits) - 1));
+  }
+  static std::uint64_t in_space(std::uint64_t tag, int space) {
+    return tag | (static_cast<std::uint64_t>(space) << (kSeqBits + kStepBits));
   }
 
   virtual ~Transport() = default;

@@ -16,6 +16,7 @@ namespace {
 
 // The low bits of the wire tag carry the sender's rank, so receives match a peer.
 constexpr int kRankBits = 20;
+static_assert(kRankBits + Transport::kTagBits <= 64, "a wire tag holds the sender's rank and the whole tag");
 constexpr ucp_tag_t kFullMask = ~ucp_tag_t{0};
 
 ucp_tag_t wire_tag(std::uint64_t tag, int src) { return (tag << kRankBits) | static_cast<ucp_tag_t>(src); }

@@ -12,8 +12,9 @@
 What there is: init, shutdown, is_initialized, rank, size, local_rank, local_size,
 cross_rank, cross_size; report and should_stop (elasticrun's, for sweeps); allreduce(_)(_async),
 grouped_allreduce(_)(_async), broadcast(_)(_async), allgather(_async), grouped_allgather(_async),
-alltoall(_async), reducescatter(_async), grouped_reducescatter(_async), barrier, join, poll,
-synchronize, with Horovod's gradients; the build queries (nccl_built, cuda_built, mpi_built,
+alltoall(_async), reducescatter(_async), grouped_reducescatter(_async), sparse_allreduce_async,
+barrier, join, poll, synchronize, with Horovod's gradients; process sets (ProcessSet,
+add_process_set, remove_process_set, global_process_set, ``process_set=``); the build queries (nccl_built, cuda_built, mpi_built,
 gloo_built ... answered for elasticrun: no MPI, no Gloo); the ops
 Sum, Average, Min, Max, Product; Compression.none/fp16; broadcast_parameters,
 broadcast_optimizer_state, broadcast_object, allgather_object; DistributedOptimizer;
@@ -32,9 +33,9 @@ What differs from Horovod:
   construction, in reverse parameter order.
 - ``join()`` is a barrier every rank must reach; joined ranks do not stand in for
   collectives the others still issue. It returns -1.
-- ``Adasum`` exists only to raise NotImplementedError; process sets and sparse gradients
-  are not supported (``process_set=`` other than None raises NotImplementedError), nor
-  is Horovod's timeline (start_timeline raises NotImplementedError: use --events).
+- ``Adasum`` exists only to raise NotImplementedError, as does Horovod's timeline
+  (start_timeline: use --events). Process sets (elasticrun.process_sets) are always
+  dynamic and run on the host paths; sparse gradients go by allgather, as Horovod's.
 - int16 and bool tensors travel by broadcast, allgather and alltoall (as their bytes);
   the reductions take float16, bfloat16, float32, float64, int8, uint8, int32, int64.
 - ``reducescatter`` and ``alltoall`` with uneven splits pad to the largest share.
@@ -44,8 +45,9 @@ Importing it also registers the torch.distributed backend ``elasticrun``
 gives DDP and torch.distributed scripts the same collectives, on the same ordered engine.
 """
 from elasticrun import (ElasticTimeoutError, ElasticrunError, HorovodInternalError, HostsUpdatedError,
-                        HostsUpdatedInterrupt, ProtocolError, WorkersFailedError, cross_rank, cross_size, init,
+                        HostsUpdatedInterrupt, ProtocolError, WorkersFailedError, cross_rank, cross_size,
                         is_initialized, local_rank, local_size, rank, report, should_stop, shutdown, size)
+from elasticrun.process_sets import ProcessSet, add_process_set, global_process_set, init, remove_process_set
 from elasticrun.torch.compression import Compression, Compressor
 from elasticrun.torch.functions import (allgather_object, broadcast_object, broadcast_optimizer_state,
                                         broadcast_parameters)
@@ -55,7 +57,8 @@ from elasticrun.torch.ops import (Adasum, Average, Handle, Max, Min, Product, Su
                                   grouped_allreduce_, join, poll, synchronize)
 from elasticrun.torch.exchange import (alltoall, alltoall_async, grouped_allgather, grouped_allgather_async,
                                        grouped_allreduce_async, grouped_allreduce_async_, grouped_reducescatter,
-                                       grouped_reducescatter_async, reducescatter, reducescatter_async)
+                                       grouped_reducescatter_async, reducescatter, reducescatter_async,
+                                       sparse_allreduce_async)
 from elasticrun.torch.basics import (ccl_built, cuda_built, ddl_built, gloo_built, gloo_enabled, mpi_built,
                                      mpi_enabled, mpi_threads_supported, nccl_built, rocm_built, start_timeline,
                                      stop_timeline)
@@ -72,7 +75,8 @@ __all__ = [
     "grouped_allreduce_async", "grouped_allreduce_async_", "broadcast", "broadcast_", "broadcast_async",
     "broadcast_async_", "allgather", "allgather_async", "grouped_allgather", "grouped_allgather_async", "alltoall",
     "alltoall_async", "reducescatter", "reducescatter_async", "grouped_reducescatter", "grouped_reducescatter_async",
-    "barrier", "join", "poll", "synchronize", "Handle", "Sum", "Average", "Min", "Max", "Product",
+    "barrier", "join", "poll", "synchronize", "sparse_allreduce_async", "ProcessSet", "global_process_set",
+    "add_process_set", "remove_process_set", "Handle", "Sum", "Average", "Min", "Max", "Product",
     "nccl_built", "cuda_built", "rocm_built", "mpi_built", "mpi_enabled", "gloo_built", "gloo_enabled", "ccl_built",
     "ddl_built", "mpi_threads_supported", "start_timeline", "stop_timeline",
     "Adasum", "Compression", "Compressor", "broadcast_parameters", "broadcast_optimizer_state", "broadcast_object",

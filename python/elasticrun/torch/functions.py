@@ -1,8 +1,11 @@
 """Broadcasting a model's and an optimizer's state, and Python objects (Horovod's
 horovod.torch.functions)."""
+import pickle
+
 import torch
 
 import elasticrun as _er
+from elasticrun.process_sets import global_process_set
 from elasticrun.torch import ops
 
 __all__ = ["broadcast_parameters", "broadcast_optimizer_state", "broadcast_object", "allgather_object"]
@@ -153,11 +156,36 @@ def _collect_slots(obj, out):
             _collect_slots(v, out)
 
 
-def broadcast_object(obj, root_rank=0, name=None):
-    """Returns root_rank's `obj` (any picklable object, tensors included) on every rank."""
-    return _er.broadcast_object(obj, root_rank)
+def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set):
+    """Returns root_rank's `obj` (any picklable object, tensors included) on every rank
+    (of `process_set`; root_rank is a global rank)."""
+    if process_set is global_process_set:
+        return _er.broadcast_object(obj, root_rank)
+    mine = _er.rank() == root_rank
+    data = _bytes_of(obj) if mine else None
+    length = torch.tensor([data.numel() if mine else 0], dtype=torch.int64)
+    ops.broadcast_(length, root_rank, process_set=process_set)
+    if not mine:
+        data = torch.empty(int(length[0]), dtype=torch.uint8)
+    ops.broadcast_(data, root_rank, process_set=process_set)
+    return obj if mine else pickle.loads(data.numpy().tobytes())
 
 
-def allgather_object(obj, name=None):
-    """Returns the list of every rank's `obj` (picklable), in rank order."""
-    return _er.allgather_object(obj)
+def allgather_object(obj, name=None, process_set=global_process_set):
+    """Returns the list of every rank's `obj` (picklable), in rank order (of the ranks
+    of `process_set`)."""
+    if process_set is global_process_set:
+        return _er.allgather_object(obj)
+    data = _bytes_of(obj)
+    lengths = ops.allgather(torch.tensor([data.numel()], dtype=torch.int64), process_set=process_set).tolist()
+    gathered = ops.allgather(data, process_set=process_set).numpy()
+    out, at = [], 0
+    for n in lengths:
+        out.append(pickle.loads(gathered[at:at + n].tobytes()))
+        at += n
+    return out
+
+
+def _bytes_of(obj):
+    """`obj` pickled as elasticrun.broadcast_object pickles it, as a uint8 tensor."""
+    return torch.frombuffer(bytearray(_er._pickler.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)), dtype=torch.uint8)

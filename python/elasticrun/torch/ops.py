@@ -32,6 +32,7 @@ import torch
 
 import elasticrun as _er
 from elasticrun import _core
+from elasticrun.process_sets import among as _among, global_process_set
 
 __all__ = [
     "Handle", "Sum", "Average", "Min", "Max", "Product", "Adasum", "allreduce", "allreduce_", "allreduce_async",
@@ -149,16 +150,17 @@ def _scaled(t, factor):
     return t * factor
 
 
-def _integer_scaled(tensor, op, pre, post, inplace, async_, what):
+def _integer_scaled(tensor, op, pre, post, inplace, async_, what, among=None):
     """allreduce of an integer tensor with scale factors, as Horovod does it: the input
-    scaled (_scaled), a Sum for Average whose postscale is divided by size(), the result
-    scaled. Written into `tensor` when `inplace`."""
+    scaled (_scaled), a Sum for Average whose postscale is divided by the ranks' number,
+    the result scaled. Written into `tensor` when `inplace`."""
     code = _code(tensor, what)
     src = _scaled(tensor.detach(), pre).contiguous()
     if op == Average:
-        op, post = Sum, post / _er.size()
+        op, post = Sum, post / (among.size if among else _er.size())
     out = torch.empty_like(src)
-    h = _issue("allreduce", src, out, src.numel(), code, op, async_=async_, keep=(src, out), shape=tensor.shape)
+    h = _issue("allreduce", src, out, src.numel(), code, op, async_=async_, keep=(src, out), shape=tensor.shape,
+               among=among)
 
     def finish():
         result = _scaled(out, post).view(tensor.shape)
@@ -184,17 +186,33 @@ def _fingerprint(shape):
 
 
 def _issue(kind, inp, out, count, code, op=Sum, root=0, pre=1.0, post=1.0, async_=False, keep=None, check=None,
-           shape=None):
+           shape=None, among=None):
     """One raw-pointer collective; the caller keeps the tensors alive (keep= for async).
     Returns the core's handle when async_ (something with poll() and wait(timeout)).
-    With the agreement check on, `shape` (the caller's tensor shape) must agree too."""
+    With the agreement check on, `shape` (the caller's tensor shape) must agree too.
+    `among`: the process set's _Among (None: every rank); `root` is then a set rank."""
     kw = {"check": _shape_check() if check is None else check} if _HAS_CHECK else {}
     if shape is not None and kw.get("check"):
         kw["shape"] = _fingerprint(shape)
+    if among is not None:
+        kw.update(among.kw)
+        if out.is_cuda:
+            return _issue_staged(kind, inp, out, count, code, op, root, pre, post, kw)
     if out.is_cuda:
         return _issue_cuda(kind, inp, out, count, code, op, root, pre, post, async_, keep, kw)
     return _core.ptr_collective(kind, inp.data_ptr() if inp is not None else 0, out.data_ptr(), count, code, op,
                                 root, pre, post, async_, keep, **kw)
+
+
+def _issue_staged(kind, inp, out, count, code, op, root, pre, post, kw):
+    """A process set's collective on CUDA tensors: through host memory (process sets run
+    on the host paths), synchronously; the result lands in `out` on the current stream."""
+    host_out = out.cpu()
+    host_in = host_out if inp is None or inp is out else inp.cpu()
+    _core.ptr_collective(kind, host_in.data_ptr(), host_out.data_ptr(), count, code, op, root, pre, post, False,
+                         None, **kw)
+    out.copy_(host_out)
+    return None
 
 
 class _Postscaled:
@@ -296,35 +314,35 @@ def synchronize(handle):
 
 # ---- allreduce ----------------------------------------------------------------------
 
-def _allreduce(tensor, op, pre, post, compression, async_, what):
+def _allreduce(tensor, op, pre, post, compression, async_, what, among=None):
     """Out of place: a new tensor (the input compressed, reduced, decompressed)."""
     code = _code(tensor, what)
     if (pre != 1.0 or post != 1.0) and not tensor.dtype.is_floating_point:
-        return _integer_scaled(tensor, op, pre, post, False, async_, what)
+        return _integer_scaled(tensor, op, pre, post, False, async_, what, among)
     src, cctx = compression.compress(tensor.detach())
     src = src.contiguous()
     out = torch.empty_like(src, memory_format=torch.contiguous_format)
     h = _issue("allreduce", src, out, src.numel(), _code(src, what) if src.dtype != tensor.dtype else code, op,
-               pre=pre, post=post, async_=async_, keep=(src, out), shape=tensor.shape)
+               pre=pre, post=post, async_=async_, keep=(src, out), shape=tensor.shape, among=among)
     return _run(async_, h, lambda: compression.decompress(out, cctx).view(tensor.shape))
 
 
-def _allreduce_inplace(tensor, op, pre, post, async_, what):
+def _allreduce_inplace(tensor, op, pre, post, async_, what, among=None):
     # The common case in few steps (an 8-byte allreduce_ is mostly this function's
     # cost): a contiguous CPU tensor without autograd history, no scaling, synchronous.
-    if not async_ and pre == 1.0 and post == 1.0 and type(tensor) is torch.Tensor and tensor.is_cpu \
-            and not tensor.requires_grad and tensor.is_contiguous():
+    if not async_ and pre == 1.0 and post == 1.0 and among is None and type(tensor) is torch.Tensor \
+            and tensor.is_cpu and not tensor.requires_grad and tensor.is_contiguous():
         code = _CODES.get(tensor.dtype)
         if code is not None:
             _core.allreduce_inplace_ptr(tensor.data_ptr(), tensor.numel(), code, op)
             return tensor
     code = _code(tensor, what)
     if (pre != 1.0 or post != 1.0) and not tensor.dtype.is_floating_point:
-        return _integer_scaled(tensor, op, pre, post, True, async_, what)
+        return _integer_scaled(tensor, op, pre, post, True, async_, what, among)
     t = tensor.detach()
     buf = t if t.is_contiguous() else t.contiguous()
     h = _issue("allreduce", buf, buf, buf.numel(), code, op, pre=pre, post=post, async_=async_, keep=buf,
-               shape=tensor.shape)
+               shape=tensor.shape, among=among)
 
     def finish():
         if buf is not t:
@@ -338,15 +356,15 @@ class _AllreduceFn(torch.autograd.Function):
     """allreduce with a gradient: the gradient is allreduced the same way."""
 
     @staticmethod
-    def forward(ctx, tensor, op, pre, post, compression):
-        ctx.args = (op, pre, post)
-        return _allreduce(tensor, op, pre, post, compression, False, "allreduce")
+    def forward(ctx, tensor, op, pre, post, compression, among):
+        ctx.args = (op, pre, post, among)
+        return _allreduce(tensor, op, pre, post, compression, False, "allreduce", among)
 
     @staticmethod
     def backward(ctx, grad):
-        op, pre, post = ctx.args
-        from elasticrun.torch.compression import Compression
-        return _allreduce(grad, op, pre, post, Compression.none, False, "allreduce (backward)"), None, None, None, None
+        op, pre, post, among = ctx.args
+        return (_allreduce(grad, op, pre, post, _none_compression(), False, "allreduce (backward)", among),
+                None, None, None, None, None)
 
 
 def _none_compression():
@@ -355,10 +373,10 @@ def _none_compression():
 
 
 def allreduce(tensor, average=None, name=None, compression=None, op=None, prescale_factor=1.0,
-              postscale_factor=1.0):
-    """Returns a new tensor: `tensor` reduced over every rank with `op` (default
-    Average; ``average=True/False`` is Horovod's older spelling of Average/Sum). The
-    input is multiplied by `prescale_factor` before and the result by
+              postscale_factor=1.0, process_set=global_process_set):
+    """Returns a new tensor: `tensor` reduced over every rank (of `process_set`) with
+    `op` (default Average; ``average=True/False`` is Horovod's older spelling of
+    Average/Sum). The input is multiplied by `prescale_factor` before and the result by
     `postscale_factor` after the reduction (integers as Horovod scales them: in float64,
     truncated toward zero, Average being a Sum postscaled by 1/size()). `compression`
     (``Compression.fp16``) chooses the type on the wire. Integer Average truncates
@@ -366,59 +384,70 @@ def allreduce(tensor, average=None, name=None, compression=None, op=None, presca
     op = _op_of(op, average)
     compression = compression or _none_compression()
     _code(tensor, "allreduce")
+    among = _among(process_set, "allreduce")
     if tensor.requires_grad and torch.is_grad_enabled():
-        return _AllreduceFn.apply(tensor, op, prescale_factor, postscale_factor, compression)
-    return _allreduce(tensor, op, prescale_factor, postscale_factor, compression, False, "allreduce")
+        return _AllreduceFn.apply(tensor, op, prescale_factor, postscale_factor, compression, among)
+    return _allreduce(tensor, op, prescale_factor, postscale_factor, compression, False, "allreduce", among)
 
 
-def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0):
+def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
+                    process_set=global_process_set):
     """As allreduce, asynchronously: returns a Handle whose synchronize() gives the new
     tensor. `tensor` must not change until then."""
     return _allreduce(tensor, _op_of(op, average), prescale_factor, postscale_factor, _none_compression(), True,
-                      "allreduce_async")
+                      "allreduce_async", _among(process_set, "allreduce_async"))
 
 
-def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0):
+def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
+               process_set=global_process_set):
     """As allreduce, in place: `tensor` receives the result and is returned."""
     if _fast_allreduce_ is not None and average is None and prescale_factor == 1.0 and postscale_factor == 1.0 \
-            and (op is None or type(op) is int) and _fast_allreduce_(tensor, Average if op is None else op):
+            and (op is None or type(op) is int) and process_set is global_process_set \
+            and _fast_allreduce_(tensor, Average if op is None else op):
         return tensor
-    return _allreduce_inplace(tensor, _op_of(op, average), prescale_factor, postscale_factor, False, "allreduce_")
+    return _allreduce_inplace(tensor, _op_of(op, average), prescale_factor, postscale_factor, False, "allreduce_",
+                              _among(process_set, "allreduce_"))
 
 
-def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0):
+def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
+                     process_set=global_process_set):
     """As allreduce_, asynchronously: returns a Handle; synchronize() returns `tensor`."""
     return _allreduce_inplace(tensor, _op_of(op, average), prescale_factor, postscale_factor, True,
-                              "allreduce_async_")
+                              "allreduce_async_", _among(process_set, "allreduce_async_"))
 
 
 def grouped_allreduce(tensors, average=None, name=None, compression=None, op=None, prescale_factor=1.0,
-                      postscale_factor=1.0):
+                      postscale_factor=1.0, process_set=global_process_set):
     """allreduce of each tensor of the list (issued together); returns the new tensors.
     Each one that needs a gradient gets allreduce's."""
     op = _op_of(op, average)
     compression = compression or _none_compression()
     if any(t.requires_grad for t in tensors) and torch.is_grad_enabled():
-        return [allreduce(t, None, None, compression, op, prescale_factor, postscale_factor) for t in tensors]
-    handles = [_allreduce(t, op, prescale_factor, postscale_factor, compression, True, "grouped_allreduce")
+        return [allreduce(t, None, None, compression, op, prescale_factor, postscale_factor, process_set)
+                for t in tensors]
+    among = _among(process_set, "grouped_allreduce")
+    handles = [_allreduce(t, op, prescale_factor, postscale_factor, compression, True, "grouped_allreduce", among)
                for t in tensors]
     return [h.wait() for h in handles]
 
 
-def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0):
+def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
+                       process_set=global_process_set):
     """allreduce_ of each tensor of the list (issued together); returns the list."""
     op = _op_of(op, average)
-    handles = [_allreduce_inplace(t, op, prescale_factor, postscale_factor, True, "grouped_allreduce_")
+    among = _among(process_set, "grouped_allreduce_")
+    handles = [_allreduce_inplace(t, op, prescale_factor, postscale_factor, True, "grouped_allreduce_", among)
                for t in tensors]
     return [h.wait() for h in handles]
 
 
 # ---- broadcast ----------------------------------------------------------------------
 
-def _broadcast(tensor, root_rank, inplace, async_, what):
+def _broadcast(tensor, root_rank, inplace, async_, what, among=None):
     code = _code(tensor, what, bytewise=True)
     if not 0 <= root_rank < _er.size():
         raise ValueError(f"{what}: root rank {root_rank} is not a rank of this job (size {_er.size()})")
+    root = among.root(root_rank, what) if among else root_rank
     t = tensor.detach()
     if inplace:
         buf = t if t.is_contiguous() else t.contiguous()
@@ -433,8 +462,8 @@ def _broadcast(tensor, root_rank, inplace, async_, what):
         return tensor
 
     wire = _wire(buf)
-    h = _issue("broadcast", None, wire, wire.numel(), code, root=root_rank, async_=async_, keep=buf,
-               shape=tensor.shape)
+    h = _issue("broadcast", None, wire, wire.numel(), code, root=root, async_=async_, keep=buf,
+               shape=tensor.shape, among=among)
     return _run(async_, h, finish)
 
 
@@ -443,45 +472,47 @@ class _BroadcastFn(torch.autograd.Function):
     only (zero elsewhere)."""
 
     @staticmethod
-    def forward(ctx, tensor, root_rank):
-        ctx.root_rank = root_rank
-        return _broadcast(tensor, root_rank, False, False, "broadcast")
+    def forward(ctx, tensor, root_rank, among):
+        ctx.root_rank, ctx.among = root_rank, among
+        return _broadcast(tensor, root_rank, False, False, "broadcast", among)
 
     @staticmethod
     def backward(ctx, grad):
-        g = _allreduce(grad, Average, 1.0, 1.0, _none_compression(), False, "broadcast (backward)")
+        g = _allreduce(grad, Average, 1.0, 1.0, _none_compression(), False, "broadcast (backward)", ctx.among)
         if _er.rank() != ctx.root_rank:
             g = torch.zeros_like(g)
-        return g, None
+        return g, None, None
 
 
-def broadcast(tensor, root_rank, name=None):
+def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
     """Returns a new tensor holding root_rank's `tensor` (same shape and type on every
-    rank). Differentiable, as in Horovod."""
+    rank of `process_set`; root_rank is a global rank, a member of the set).
+    Differentiable, as in Horovod."""
     _code(tensor, "broadcast", bytewise=True)
+    among = _among(process_set, "broadcast")
     if tensor.requires_grad and torch.is_grad_enabled():
-        return _BroadcastFn.apply(tensor, root_rank)
-    return _broadcast(tensor, root_rank, False, False, "broadcast")
+        return _BroadcastFn.apply(tensor, root_rank, among)
+    return _broadcast(tensor, root_rank, False, False, "broadcast", among)
 
 
-def broadcast_(tensor, root_rank, name=None):
+def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
     """Overwrites `tensor` with root_rank's, in place; returns it."""
-    return _broadcast(tensor, root_rank, True, False, "broadcast_")
+    return _broadcast(tensor, root_rank, True, False, "broadcast_", _among(process_set, "broadcast_"))
 
 
-def broadcast_async(tensor, root_rank, name=None):
+def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set):
     """As broadcast, asynchronously: a Handle whose synchronize() gives the new tensor."""
-    return _broadcast(tensor, root_rank, False, True, "broadcast_async")
+    return _broadcast(tensor, root_rank, False, True, "broadcast_async", _among(process_set, "broadcast_async"))
 
 
-def broadcast_async_(tensor, root_rank, name=None):
+def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_set):
     """As broadcast_, asynchronously: a Handle whose synchronize() returns `tensor`."""
-    return _broadcast(tensor, root_rank, True, True, "broadcast_async_")
+    return _broadcast(tensor, root_rank, True, True, "broadcast_async_", _among(process_set, "broadcast_async_"))
 
 
 # ---- allgather ----------------------------------------------------------------------
 
-def _allgather(tensor, async_, what):
+def _allgather(tensor, async_, what, among=None):
     # The ranks first exchange (rows, elements per row, type) in one small allgather, so
     # that a disagreement is an error on every rank, not a hang; equal shares are then
     # gathered straight into the result, unequal ones padded to the largest share (a
@@ -490,11 +521,11 @@ def _allgather(tensor, async_, what):
     t = tensor.detach()
     dtype = t.dtype
     t = _wire((t.reshape(1) if t.dim() == 0 else t).contiguous())
-    n = _er.size()
+    n = among.size if among else _er.size()
     rows, row = t.shape[0], math.prod(t.shape[1:])
     meta = torch.tensor([rows, row, code], dtype=torch.int64)
     every = torch.empty(3 * n, dtype=torch.int64)
-    _issue("allgather", meta, every, 3, _core.DTYPES["i64"], check=False)
+    _issue("allgather", meta, every, 3, _core.DTYPES["i64"], check=False, among=among)
     every = every.view(n, 3)
     if bool((every[:, 1] != row).any()) or bool((every[:, 2] != code).any()):
         raise _er.ElasticrunError(f"{what}: the ranks' tensors differ beyond the first dimension: "
@@ -504,12 +535,13 @@ def _allgather(tensor, async_, what):
     shape = (sum(counts),) + tuple(t.shape[1:])
     if all(c == most for c in counts):
         out = t.new_empty(shape)
-        h = _issue("allgather", t, out, t.numel(), code, async_=async_, keep=(t, out), check=False)
+        h = _issue("allgather", t, out, t.numel(), code, async_=async_, keep=(t, out), check=False, among=among)
         return _run(async_, h, lambda: _unwire(out, dtype))
     send = t.new_zeros((most,) + tuple(t.shape[1:]))
     send[:rows] = t
     got = t.new_empty((most * n,) + tuple(t.shape[1:]))
-    h = _issue("allgather", send, got, send.numel(), code, async_=async_, keep=(send, got), check=False)
+    h = _issue("allgather", send, got, send.numel(), code, async_=async_, keep=(send, got), check=False,
+               among=among)
     return _run(async_, h,
                 lambda: _unwire(torch.cat([got[q * most:q * most + c] for q, c in enumerate(counts)]), dtype))
 
@@ -519,39 +551,47 @@ class _AllgatherFn(torch.autograd.Function):
     averaged."""
 
     @staticmethod
-    def forward(ctx, tensor):
-        ctx.rows = tensor.shape[0] if tensor.dim() else 1
-        return _allgather(tensor, False, "allgather")
+    def forward(ctx, tensor, among):
+        ctx.rows, ctx.among = tensor.shape[0] if tensor.dim() else 1, among
+        return _allgather(tensor, False, "allgather", among)
 
     @staticmethod
     def backward(ctx, grad):
-        g = _allreduce(grad, Average, 1.0, 1.0, _none_compression(), False, "allgather (backward)")
-        rows = _allgather(torch.tensor([ctx.rows], dtype=torch.int64), False, "allgather (backward)")
-        start = int(rows[:_er.rank()].sum())
-        return g.narrow(0, start, ctx.rows)
+        among = ctx.among
+        g = _allreduce(grad, Average, 1.0, 1.0, _none_compression(), False, "allgather (backward)", among)
+        rows = _allgather(torch.tensor([ctx.rows], dtype=torch.int64), False, "allgather (backward)", among)
+        start = int(rows[:among.rank if among else _er.rank()].sum())
+        return g.narrow(0, start, ctx.rows), None
 
 
-def allgather(tensor, name=None):
+def allgather(tensor, name=None, process_set=global_process_set):
     """Returns the concatenation of every rank's `tensor` along the first dimension, in
-    rank order. The first dimension may differ between ranks, the rest of the shape and
-    the type may not (ElasticrunError on every rank). A 0-d tensor counts as one row.
-    Differentiable, as in Horovod."""
+    rank order (of the ranks of `process_set`, by their place in it). The first
+    dimension may differ between ranks, the rest of the shape and the type may not
+    (ElasticrunError on every rank). A 0-d tensor counts as one row. Differentiable, as
+    in Horovod."""
     _code(tensor, "allgather", bytewise=True)
+    among = _among(process_set, "allgather")
     if tensor.requires_grad and torch.is_grad_enabled() and tensor.dim() > 0:
-        return _AllgatherFn.apply(tensor)
-    return _allgather(tensor, False, "allgather")
+        return _AllgatherFn.apply(tensor, among)
+    return _allgather(tensor, False, "allgather", among)
 
 
-def allgather_async(tensor, name=None):
+def allgather_async(tensor, name=None, process_set=global_process_set):
     """As allgather, asynchronously: a Handle whose synchronize() gives the new tensor."""
-    return _allgather(tensor, True, "allgather_async")
+    return _allgather(tensor, True, "allgather_async", _among(process_set, "allgather_async"))
 
 
 # ---- barrier and join -----------------------------------------------------------------
 
-def barrier():
-    """Returns once every rank has called it (after this rank's pending collectives)."""
-    _er.barrier()
+def barrier(process_set=global_process_set):
+    """Returns once every rank (of `process_set`) has called it, after this rank's
+    pending collectives."""
+    among = _among(process_set, "barrier")
+    if among is None:
+        _er.barrier()
+    else:
+        _core.barrier(False, **among.kw)
 
 
 def join(device=-1):

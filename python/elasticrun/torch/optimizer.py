@@ -28,14 +28,22 @@ on 2 cores), overlapping was as fast or faster in bench/torch_ddp_bench.py --ove
 
 The hooks reduce even when size() is 1: in an elastic job the world may grow again, and
 every rank must issue the same collectives.
+
+With a process set, the gradients are reduced among its ranks only; a rank outside it
+steps on its own gradients. A sparse gradient (an Embedding(sparse=True)) has its own
+reduction beside its bucket (where it counts as zeros): by allgather of its indices and
+values (sparse_allreduce_async), or with sparse_as_dense=True as a dense allreduce; the
+parameter's gradient is sparse again afterwards, as in Horovod.
 """
 import contextlib
 import warnings
 
 import torch
 
+from elasticrun.process_sets import among as _among, global_process_set
 from elasticrun.torch import ops
 from elasticrun.torch.compression import Compression
+from elasticrun.torch.exchange import sparse_allreduce_async
 
 __all__ = ["DistributedOptimizer"]
 
@@ -43,7 +51,7 @@ __all__ = ["DistributedOptimizer"]
 class _Bucket:
     """Parameters whose gradients are reduced together, flattened into `buffer`."""
 
-    __slots__ = ("params", "offsets", "buffer", "ready", "pending")
+    __slots__ = ("params", "offsets", "buffer", "ready", "pending", "sparse")
 
     def __init__(self, params):
         self.params = params
@@ -55,6 +63,7 @@ class _Bucket:
         self.buffer = torch.empty(at, dtype=params[0].dtype, device=params[0].device)
         self.ready = 0
         self.pending = None  # (handle, sent tensor, compression context) once issued
+        self.sparse = []  # (parameter, function giving its reduced gradient): sparse gradients
 
 
 def _buckets_of(params, cap_bytes):
@@ -78,9 +87,13 @@ class _DistributedOptimizer:
     class (so isinstance(opt, torch.optim.SGD) still holds)."""
 
     def __init__(self, params, base, named_parameters, compression, backward_passes_per_step, op,
-                 gradient_predivide_factor, bucket_cap_mb, overlap):
+                 gradient_predivide_factor, bucket_cap_mb, overlap, sparse_as_dense, process_set):
         base.__init__(self, params)
         self._overlap = overlap
+        self._sparse_as_dense = sparse_as_dense
+        self._process_set = process_set
+        self._included = bool(process_set.included())
+        self._among = _among(process_set, "DistributedOptimizer") if self._included else None
         self._er_base = base
         self._compression = compression
         self._passes = backward_passes_per_step
@@ -128,7 +141,7 @@ class _DistributedOptimizer:
                 self._bucket_of[p].ready += 1
                 # Not in a checked step (the first after construction or a reset): its
                 # synchronize() lays the buckets out again before issuing any.
-                if self._overlap and self._checked:
+                if self._overlap and self._checked and self._included:
                     self._issue_ready()
 
         return hook
@@ -143,10 +156,14 @@ class _DistributedOptimizer:
             self._next += 1
 
     def _issue(self, b):
+        b.sparse = []
         for p, at in zip(b.params, b.offsets):
             part = b.buffer[at:at + p.numel()]
             if p.grad is None:
                 part.zero_()
+            elif p.grad.is_sparse:
+                part.zero_()
+                b.sparse.append((p, self._reduce_sparse(p.grad)))
             elif p.grad.data_ptr() != part.data_ptr():
                 part.copy_(p.grad.detach().reshape(-1))
                 # From now on the gradient is a view of its bucket (as DDP's
@@ -163,13 +180,24 @@ class _DistributedOptimizer:
         # The first step after construction or a reset checks that every rank's buckets
         # agree (count and type); later steps skip that round trip.
         h = ops._issue("allreduce", sent, sent, sent.numel(), ops._code(sent, "DistributedOptimizer"), self._op,
-                       pre=pre, post=post, async_=True, keep=sent, check=not self._checked)
+                       pre=pre, post=post, async_=True, keep=sent, check=not self._checked, among=self._among)
         b.pending = (h, sent, cctx)
+
+    def _reduce_sparse(self, grad):
+        """Issues the reduction of a sparse gradient; returns a function giving the result."""
+        if not self._sparse_as_dense:
+            return sparse_allreduce_async(grad, op=self._op, process_set=self._process_set)
+        h = ops.allreduce_async(grad.to_dense(), op=self._op, process_set=self._process_set)
+        return lambda: h.wait().to_sparse()
 
     def synchronize(self):
         """Issues what backward() has not, waits for every bucket and writes the averaged
         gradients into the parameters' .grad. Called by step() unless inside
         skip_synchronize(); call it yourself to clip or inspect the averaged gradients."""
+        if not self._included:  # not a member of the process set: local gradients
+            self._clear()
+            self._synchronized = True
+            return
         try:
             if not self._checked:
                 self._agree_on_layout()
@@ -183,7 +211,11 @@ class _DistributedOptimizer:
                 h, sent, cctx = b.pending
                 h.wait()
                 out = self._compression.decompress(sent, cctx)
+                sparse = {p: reduced for p, reduced in b.sparse}
                 for p, at in zip(b.params, b.offsets):
+                    if p in sparse:  # sparse tensors have no set_: zero and add, as Horovod
+                        p.grad.zero_().add_(sparse[p]())
+                        continue
                     part = out[at:at + p.numel()]
                     if p.grad.data_ptr() != part.data_ptr():  # not already the result's view
                         p.grad.copy_(part.view_as(p.grad))
@@ -199,12 +231,12 @@ class _DistributedOptimizer:
         on the parameters that got no gradient on some rank, and every rank lays its
         buckets out from that, the same way (a worker that joined after a reset too)."""
         idle = torch.tensor([1 if self._delay[p] == self._passes else 0 for p in self._order], dtype=torch.int32)
-        idle = ops.allreduce(idle, op=ops.Max)
+        idle = ops.allreduce(idle, op=ops.Max, process_set=self._process_set)
         self._lay_out([p for p, i in zip(self._order, idle.tolist()) if i])
 
     def _clear(self):
         for b in self._buckets:
-            b.ready, b.pending = 0, None
+            b.ready, b.pending, b.sparse = 0, None, []
         for p in self._delay:
             self._delay[p] = self._passes
         self._next = 0
@@ -263,7 +295,8 @@ def _names_of(groups, params, named_parameters):
 
 
 def DistributedOptimizer(optimizer, named_parameters=None, compression=Compression.none, backward_passes_per_step=1,
-                         op=ops.Average, gradient_predivide_factor=1.0, bucket_cap_mb=25, overlap=True):
+                         op=ops.Average, gradient_predivide_factor=1.0, num_groups=0, groups=None,
+                         sparse_as_dense=False, process_set=global_process_set, bucket_cap_mb=25, overlap=True):
     """Wraps `optimizer` so that step() applies gradients averaged (op=Average) or
     summed (op=Sum) over every rank, reduced in fixed-order buckets of about
     `bucket_cap_mb` MiB while backward() runs (see the module's docstring).
@@ -276,8 +309,15 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
       gradients are summed over them, not averaged (scale the loss for a mean).
     - `gradient_predivide_factor`: with Average, gradients are divided by this before
       the sum and by size()/factor after it.
-    - `overlap`: whether buckets are reduced while backward() runs (the default) or all
-      at synchronize(). elasticrun's addition; Horovod has no such argument.
+    - `num_groups`, `groups`: Horovod's grouping of the allreduces; checked as Horovod
+      does (a non-negative int; None, an int or a list of lists of parameters), and
+      otherwise ignored: the buckets group them here.
+    - `sparse_as_dense`: sparse gradients are reduced densely (else by allgather of their
+      indices and values); they are sparse again afterwards either way.
+    - `process_set`: reduce among its ranks only; a rank outside it steps on its own
+      gradients (every rank may construct the optimizer with the same set).
+    - `bucket_cap_mb`, `overlap`: whether buckets are reduced while backward() runs (the
+      default) or all at synchronize(). elasticrun's additions; Horovod has neither.
 
     Returns an instance of a subclass of the optimizer's class, built from its
     param_groups, the same dicts (a scheduler made on `optimizer` keeps setting the lr
@@ -290,11 +330,16 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
         raise ValueError("gradient_predivide_factor needs op=Average")
     if backward_passes_per_step < 1:
         raise ValueError("backward_passes_per_step must be at least 1")
+    if not isinstance(num_groups, int) or num_groups < 0:
+        raise ValueError("num_groups must be a non-negative integer")
+    if groups is not None and not (isinstance(groups, int) and groups > 0) and not (
+            isinstance(groups, list) and all(isinstance(g, list) and g for g in groups)):
+        raise ValueError("groups must be None, a positive integer or a list of non-empty lists of parameters")
     base = optimizer.__class__
     methods = {k: v for k, v in _DistributedOptimizer.__dict__.items() if k not in ("__dict__", "__weakref__")}
     cls = type(base.__name__, (base,), methods)
     opt = cls(optimizer.param_groups, base, named_parameters, compression, backward_passes_per_step, op,
-              gradient_predivide_factor, bucket_cap_mb, overlap)
+              gradient_predivide_factor, bucket_cap_mb, overlap, sparse_as_dense, process_set)
     if optimizer.state:
         from elasticrun.torch.functions import load_optimizer_state
         load_optimizer_state(opt, optimizer.state_dict())  # still sharing the group dicts

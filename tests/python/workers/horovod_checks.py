@@ -107,8 +107,8 @@ def mode_api():
                                 hvd.rocm_built, hvd.ddl_built)), "no MPI, Gloo, oneCCL, ROCm or DDL")
     raises(ValueError, hvd.mpi_threads_supported, "mpi_threads_supported", "does not use MPI")
     raises(NotImplementedError, lambda: hvd.start_timeline("/tmp/x"), "start_timeline", "--events")
-    raises(NotImplementedError, lambda: hvd.reducescatter(torch.ones(n), process_set=object()),
-           "a process set", "process sets")
+    raises(ValueError, lambda: hvd.reducescatter(torch.ones(n), process_set=object()),
+           "a process set that is not a ProcessSet", "must be a ProcessSet")
     # async and grouped forms against the synchronous ones
     x = torch.arange(2.0 * n) + r
     want = hvd.reducescatter(x, op=hvd.Sum)
@@ -151,6 +151,133 @@ def mode_api():
     hvd.broadcast_optimizer_state(opt, 0)
     check(a.grad is None and b.grad is not None and torch.equal(b.grad, torch.zeros(4)),
           f"broadcast_optimizer_state gradients: {a.grad} {b.grad}")
+
+
+def mode_process_sets():
+    """Collectives among some ranks: two sets that split the job (even and odd ranks)
+    and from 3 ranks one that overlaps both ({0, 1}), interleaved with the job's
+    collectives."""
+    import time
+    r, n = hvd.rank(), hvd.size()
+    even = hvd.add_process_set([q for q in range(n) if q % 2 == 0])
+    odd = hvd.add_process_set(hvd.ProcessSet([q for q in range(n) if q % 2 == 1]))
+    pair = hvd.add_process_set([1, 0]) if n > 2 else None
+    check((pair is None or pair.ranks == [0, 1]) and [even.process_set_id, odd.process_set_id] == [1, 2] and
+          (pair is None or pair.process_set_id == 3), f"ids and sorted ranks: {even} {odd} {pair}")
+    mine = even if r % 2 == 0 else odd
+    check(mine.included() and not (odd if mine is even else even).included() and mine.rank() == r // 2
+          and mine.size() == len(mine.ranks), f"{mine}: included, rank() {mine.rank()}, size() {mine.size()}")
+    k, me = mine.size(), mine.rank()
+    x = torch.arange(6.0) + r
+    want = sum(torch.arange(6.0) + q for q in mine.ranks)
+    check(torch.equal(hvd.allreduce(x, op=hvd.Sum, process_set=mine), want), "allreduce Sum in the set")
+    check(torch.equal(hvd.allreduce(torch.tensor([7 + r]), op=hvd.Average, postscale_factor=2.0,
+                                    process_set=mine), torch.tensor([int(2 * sum(7 + q for q in mine.ranks) / k)])),
+          "integer Average with a postscale factor divides by the set's size")
+    y = x.clone()
+    h = hvd.allreduce_async_(y, op=hvd.Max, process_set=mine)
+    check(hvd.synchronize(h) is y and torch.equal(y, torch.arange(6.0) + mine.ranks[-1]), "allreduce_async_ Max")
+    check(torch.equal(hvd.allreduce(x, op=hvd.Sum), sum(torch.arange(6.0) + q for q in range(n))),
+          "the job's allreduce between the sets' collectives")
+    for root in mine.ranks:
+        got = hvd.broadcast(full((3,), 10 * r), root, process_set=mine)
+        check(torch.equal(got, full((3,), 10 * root)), f"broadcast from global rank {root} in {mine}")
+    outsider = next((q for q in range(n) if q not in mine.ranks), None)
+    if outsider is not None:
+        raises(ValueError, lambda: hvd.broadcast(torch.ones(2), outsider, process_set=mine), "broadcast from a rank "
+               "outside the set", "is not a member of the process set")
+    got = hvd.allgather(full((r + 1, 2), r), process_set=mine)  # global rank q gives q + 1 rows of q
+    check(torch.equal(got, torch.cat([full((q + 1, 2), q) for q in mine.ranks])), f"allgather in the set: {got}")
+    got = hvd.reducescatter(torch.arange(2.0 * k) + r, op=hvd.Sum, process_set=mine)
+    whole = sum(torch.arange(2.0 * k) + q for q in mine.ranks)
+    check(torch.equal(got, whole[2 * me:2 * me + 2]), f"reducescatter rows at the set rank: {got}")
+    rows = torch.cat([full((me + 1, 2), 100 * r + j) for j in range(k)])  # me + 1 rows for each member j
+    got, recv = hvd.alltoall(rows, splits=[me + 1] * k, process_set=mine)
+    check(recv.tolist() == [j + 1 for j in range(k)] and torch.equal(
+        got, torch.cat([full((j + 1, 2), 100 * q + me) for j, q in enumerate(mine.ranks)])),
+        f"alltoall with splits in the set: {recv.tolist()}")
+    # gradients within the set
+    w = torch.ones(4, requires_grad=True)
+    hvd.allreduce(w, op=hvd.Sum, process_set=mine).backward(torch.ones(4))
+    check(torch.equal(w.grad, full((4,), k)), f"allreduce gradient in the set: {w.grad}")
+    w = torch.ones(4, requires_grad=True)
+    hvd.broadcast(w, mine.ranks[0], process_set=mine).backward(full((4,), r + 1))
+    mean = sum(q + 1 for q in mine.ranks) / k
+    check(torch.equal(w.grad, full((4,), mean if me == 0 else 0.0)), f"broadcast gradient in the set: {w.grad}")
+    w = torch.ones(r + 1, 2, requires_grad=True)
+    hvd.allgather(w, process_set=mine).backward(full((sum(q + 1 for q in mine.ranks), 2), r + 1))
+    check(torch.equal(w.grad, full((r + 1, 2), mean)), f"allgather gradient in the set: {w.grad}")
+    w = torch.ones(2 * k, requires_grad=True)
+    hvd.reducescatter(w, op=hvd.Sum, process_set=mine).backward(torch.ones(2))
+    check(torch.equal(w.grad, full((2 * k,), k)), f"reducescatter gradient in the set: {w.grad}")
+    # the set that overlaps both
+    if pair is None:
+        pass
+    elif pair.included():
+        got = hvd.allreduce(torch.tensor([r + 1.0]), op=hvd.Sum, process_set=pair)
+        check(got.item() == sum(q + 1 for q in pair.ranks), f"allreduce in {pair}: {got}")
+    else:
+        raises(ValueError, lambda: hvd.allreduce(torch.ones(1), process_set=pair), "a collective of a set without "
+               "this rank", "is not a member")
+    # objects
+    check(hvd.broadcast_object({"from": r}, mine.ranks[-1], process_set=mine) == {"from": mine.ranks[-1]},
+          "broadcast_object in the set")
+    check(hvd.allgather_object(("r", r), process_set=mine) == [("r", q) for q in mine.ranks],
+          "allgather_object in the set")
+    # barriers of the two sets do not wait for each other: rank 0 sleeps before the even
+    # set's; the odd set's returns long before
+    hvd.barrier()
+    start = time.monotonic()
+    if r == 0:
+        time.sleep(3)
+    hvd.barrier(process_set=mine)
+    took = time.monotonic() - start
+    check(took >= 3 if r % 2 == 0 else took < 2, f"barrier of {mine} took {took:.2f} s")
+    hvd.barrier()
+    # DistributedOptimizer among the even ranks: theirs agree, an odd rank's steps alone
+    torch.manual_seed(r)
+    model = torch.nn.Linear(5, 3)
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.5),
+                                   named_parameters=model.named_parameters(), process_set=even)
+    model(torch.randn(8, 5)).pow(2).sum().backward()
+    opt.step()
+    every = hvd.allgather(model.weight.detach().reshape(1, -1))
+    agree = [torch.equal(every[q], every[0]) for q in range(n)]
+    check(all(agree[q] == (q % 2 == 0) for q in range(n)), f"optimizer in the even set: ranks agreeing {agree}")
+    # sparse gradients: sparse_allreduce_async against the dense allreduce, and the
+    # optimizer both ways (the ranks' embeddings agree after a step only if they were reduced)
+    t = (torch.rand(9, 4) * (torch.rand(9, 4) > 0.7)).to_sparse()
+    for ps in (hvd.global_process_set, mine):
+        got = hvd.sparse_allreduce_async(t, name="s", op=hvd.Average, process_set=ps)()
+        check(got.is_sparse and torch.allclose(got.to_dense(), hvd.allreduce(t.to_dense(), process_set=ps)),
+              f"sparse_allreduce_async Average in {ps}")
+    for dense in (False, True):
+        torch.manual_seed(0)
+        emb = torch.nn.Embedding(10, 3, sparse=True)
+        opt = hvd.DistributedOptimizer(torch.optim.SparseAdam(list(emb.parameters()), lr=0.1), sparse_as_dense=dense)
+        emb(torch.tensor([[1, 2, r + 3], [4, 3, 9 - r]])).sum().backward()
+        opt.step()
+        check(emb.weight.grad.is_sparse, f"sparse_as_dense={dense}: the gradient is sparse after the step")
+        every = hvd.allgather(emb.weight.detach().reshape(1, -1))
+        check(all(torch.equal(every[q], every[0]) for q in range(n)), f"sparse_as_dense={dense}: ranks agree")
+    # the registry
+    raises(ValueError, lambda: hvd.add_process_set(even.ranks), "a set with the ranks of another", "duplicate")
+    raises(ValueError, lambda: hvd.add_process_set(range(n)), "a set of every rank", "duplicate")
+    raises(ValueError, lambda: hvd.add_process_set([0, n]), "a rank past the last", "not all ranks of this job")
+    raises(ValueError, lambda: hvd.ProcessSet([0, "1"]), "a rank that is not an int", "integer ranks")
+    raises(ValueError, lambda: hvd.add_process_set([r]), "ranks that add different sets",
+           "did not all make the same call")
+    last = pair or odd
+    check(hvd.remove_process_set(last) and last.process_set_id is None and not hvd.remove_process_set(last)
+          and not hvd.remove_process_set(hvd.global_process_set), "remove_process_set: True once, then False")
+    raises(ValueError, lambda: hvd.allreduce(torch.ones(1), process_set=last), "a removed set", "not registered")
+    again = hvd.add_process_set(last.ranks)
+    check(again.process_set_id == (3 if pair else 2), f"a freed id is taken again: {again}")
+    hvd.shutdown()
+    check(even.process_set_id is None and again.process_set_id is None, "shutdown forgets the sets")
+    hvd.init(process_sets=[hvd.ProcessSet([0])])
+    check(torch.equal(hvd.allreduce(torch.ones(1), op=hvd.Sum), full((1,), n)), "the job after init again")
 
 
 def main():
