@@ -23,6 +23,9 @@ TorchWorker torch_worker(const rendezvous::Assignment& a, int rank) {
   // "user@name" is how to log in there, not an address (the host part is).
   const std::string& first = a.workers.front().host;
   t.master_addr = first.substr(first.find('@') + 1);
+  t.cross_rank = me.cross_rank;
+  t.cross_size = me.cross_size;
+  t.host = me.host.substr(me.host.find('@') + 1);
   return t;
 }
 
@@ -46,6 +49,13 @@ std::vector<std::string> torch_env(const TorchWorker& w, const std::string& run_
   set(env::kTorchRunId, run_id);
   set(env::kTorchUseAgentStore, w.agent_store ? "True" : "False");
   set(env::kTorchNcclAsyncErrors, 1);
+  set(env::kHorovodRank, w.rank);
+  set(env::kHorovodSize, w.world_size);
+  set(env::kHorovodLocalRank, w.local_rank);
+  set(env::kHorovodLocalSize, w.local_world_size);
+  set(env::kHorovodCrossRank, w.cross_rank);
+  set(env::kHorovodCrossSize, w.cross_size);
+  set(env::kHorovodHostname, w.host);
   return out;
 }
 

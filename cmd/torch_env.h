@@ -25,6 +25,10 @@ struct TorchWorker {
   int restart_count = 0;    // restarts after failures so far (--max-restarts)
   int max_restarts = 0;
   bool agent_store = false;  // rank 0's daemon hosts torch's store on master_port
+  // Horovod's terms: the worker's index among the workers of its local rank, one per
+  // host, and their number; its host as the driver names it, without a "user@".
+  int cross_rank = 0, cross_size = 0;
+  std::string host;
 };
 
 // The worker of `rank` in `a` (which must have that rank), without the port and the
@@ -37,7 +41,9 @@ TorchWorker torch_worker(const rendezvous::Assignment& a, int rank);
 // TORCHELASTIC_USE_AGENT_STORE (True: torch's store is up before the worker starts, and
 // every rank connects to it as a client, under a prefix of its restart count), and
 // NCCL_ASYNC_ERROR_HANDLING=1 (as torchrun sets it: a failed NCCL collective ends the
-// process instead of hanging it).
+// process instead of hanging it); then horovodrun's HOROVOD_RANK, HOROVOD_SIZE,
+// HOROVOD_LOCAL_RANK, HOROVOD_LOCAL_SIZE, HOROVOD_CROSS_RANK, HOROVOD_CROSS_SIZE and
+// HOROVOD_HOSTNAME (not its Gloo or MPI settings: there is no Horovod underneath).
 std::vector<std::string> torch_env(const TorchWorker& w, const std::string& run_id);
 
 }  // namespace elasticrun::cmd

@@ -69,6 +69,15 @@ inline constexpr const char* kTorchRunId = "TORCHELASTIC_RUN_ID";
 // not by rank 0 (torch's _create_c10d_store then connects every rank as a client).
 inline constexpr const char* kTorchUseAgentStore = "TORCHELASTIC_USE_AGENT_STORE";
 inline constexpr const char* kTorchNcclAsyncErrors = "NCCL_ASYNC_ERROR_HANDLING";
+// Horovod's launcher's (horovodrun's) per-worker variables, from the same assignment:
+// scripts that read them before hvd.init() (and Horovod's own tests) find them.
+inline constexpr const char* kHorovodRank = "HOROVOD_RANK";
+inline constexpr const char* kHorovodSize = "HOROVOD_SIZE";
+inline constexpr const char* kHorovodLocalRank = "HOROVOD_LOCAL_RANK";
+inline constexpr const char* kHorovodLocalSize = "HOROVOD_LOCAL_SIZE";
+inline constexpr const char* kHorovodCrossRank = "HOROVOD_CROSS_RANK";
+inline constexpr const char* kHorovodCrossSize = "HOROVOD_CROSS_SIZE";
+inline constexpr const char* kHorovodHostname = "HOROVOD_HOSTNAME";
 // Set by elasticrund: a file of the worker's own, where torch's @record writes the
 // exception that ended it (daemon/error_files.h); and, unless set, OMP_NUM_THREADS.
 inline constexpr const char* kTorchErrorFile = "TORCHELASTIC_ERROR_FILE";

@@ -7,11 +7,27 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <string>
 
 namespace elasticrun::python {
+
+const char* kind_name(Request::Kind k) {
+  switch (k) {
+    case Request::Kind::allreduce: return "allreduce";
+    case Request::Kind::broadcast: return "broadcast";
+    case Request::Kind::allgather: return "allgather";
+    case Request::Kind::allgatherv: return "allgatherv";
+    case Request::Kind::reduce_scatter: return "reduce_scatter";
+    case Request::Kind::alltoall: return "alltoall";
+    case Request::Kind::barrier: return "barrier";
+  }
+  return "?";
+}
+
 namespace {
 
 // buf[i] *= factor, in the element's own precision (f16 and bf16 through float).
@@ -58,38 +74,68 @@ void allreduce(Communicator& comm, const Request& r) {
   if (r.postscale != 1.0) scale(r.type, r.out, r.count, r.postscale);
 }
 
-const char* kind_name(Request::Kind k) {
-  switch (k) {
-    case Request::Kind::allreduce: return "allreduce";
-    case Request::Kind::broadcast: return "broadcast";
-    case Request::Kind::allgather: return "allgather";
-    case Request::Kind::allgatherv: return "allgatherv";
-    case Request::Kind::reduce_scatter: return "reduce_scatter";
-    case Request::Kind::alltoall: return "alltoall";
-    case Request::Kind::barrier: return "barrier";
-  }
-  return "?";
+
+// The agreement before a collective: one allreduce (max) of these slots. A value v goes
+// in as the pair (v, -v), so that every rank learns the largest and the smallest and
+// all of them see a disagreement at once. A rank inside join() takes part in the
+// agreements of the others with kNone in every pair (neutral for max), which tells it
+// what they are about to run, and says so in the join slots.
+enum Slot : int {
+  kCount = 0, kType = 2, kShape = 4, kRoot = 6, kKind = 8, kOp = 10, kDevice = 12,  // pairs
+  kAnyJoined = 14,     // 1 from a rank inside join()
+  kAnyWorking = 15,    // 1 from a rank outside it: 0 once every rank joined
+  kLastJoined = 16,    // a joined rank's claim to have joined last: -(rounds << 32) + rank
+  kSlots = 17,
+};
+constexpr std::int64_t kNone = std::numeric_limits<std::int64_t>::min();
+
+void put(std::int64_t* d, int slot, std::int64_t v) { d[slot] = v, d[slot + 1] = -v; }
+bool agreed(const std::int64_t* d, int slot) { return d[slot] == -d[slot + 1]; }
+
+// Why the ranks' agreement slots `d` (after the allreduce) disagree; empty if they agree.
+std::string disagreement(const std::int64_t* d, const Request& r) {
+  const char* what = kind_name(r.kind);
+  if (!agreed(d, kKind))
+    return fmt::format("{}: the ranks issue different collectives (this rank {}): every rank must issue the "
+                       "same collectives in the same order",
+                       what, what);
+  if (!agreed(d, kDevice))
+    return fmt::format("{}: some ranks pass GPU buffers, others host memory (this rank {})", what,
+                       r.device >= 0 ? "GPU" : "host");
+  if (!agreed(d, kType))
+    return fmt::format("{}: the ranks pass different element types (this rank {})", what, name_of(r.type));
+  if (!agreed(d, kCount))
+    return fmt::format("{}: the ranks pass different element counts, from {} to {} (this rank {})", what,
+                       -d[kCount + 1], d[kCount], r.count);
+  if (!agreed(d, kRoot))
+    return fmt::format("{}: the ranks name different root ranks, from {} to {} (this rank {})", what,
+                       -d[kRoot + 1], d[kRoot], r.root);
+  if (!agreed(d, kOp))
+    return fmt::format("{}: the ranks pass different reduction ops (this rank {})", what, name_of(r.op));
+  if (!agreed(d, kShape))
+    return fmt::format("{}: the ranks pass tensors of different shapes with the same element count ({})", what,
+                       r.count);
+  return {};
 }
 
-// max over ranks of (count, -count, type, -type, shape, -shape, root, -root): every rank
-// learns the largest and the smallest of each, so all of them see a disagreement at once.
+bool reduces(Request::Kind k) { return k == Request::Kind::allreduce || k == Request::Kind::reduce_scatter; }
+
 void check_agreement(Communicator& comm, const Request& r) {
-  const auto count = static_cast<std::int64_t>(r.count), type = static_cast<std::int64_t>(r.type);
-  const std::int64_t root = r.kind == Request::Kind::broadcast ? r.root : 0;
-  std::int64_t d[8] = {count, -count, type, -type, r.shape, -r.shape, root, -root};
-  comm.allreduce(d, d, 8, DataType::i64, ReduceOp::max);
-  if (d[0] == -d[1] && d[2] == -d[3] && d[4] == -d[5] && d[6] == -d[7]) return;
-  if (d[2] != -d[3])
-    throw Error(fmt::format("{}: the ranks pass different element types (this rank {})", kind_name(r.kind),
-                            name_of(r.type)));
-  if (d[0] != -d[1])
-    throw Error(fmt::format("{}: the ranks pass different element counts, from {} to {} (this rank {})",
-                            kind_name(r.kind), -d[1], d[0], count));
-  if (d[6] != -d[7])
-    throw Error(fmt::format("{}: the ranks name different root ranks, from {} to {} (this rank {})",
-                            kind_name(r.kind), -d[7], d[6], root));
-  throw Error(fmt::format("{}: the ranks pass tensors of different shapes with the same element count ({})",
-                          kind_name(r.kind), count));
+  std::int64_t d[kSlots];
+  put(d, kCount, static_cast<std::int64_t>(r.count));
+  put(d, kType, static_cast<std::int64_t>(r.type));
+  put(d, kShape, r.shape);
+  put(d, kRoot, r.kind == Request::Kind::broadcast ? r.root : 0);
+  put(d, kKind, static_cast<std::int64_t>(r.kind));
+  put(d, kOp, reduces(r.kind) ? static_cast<std::int64_t>(r.op) : 0);
+  put(d, kDevice, r.device >= 0 ? 1 : 0);
+  d[kAnyJoined] = 0, d[kAnyWorking] = 1, d[kLastJoined] = kNone;
+  comm.allreduce(d, d, kSlots, DataType::i64, ReduceOp::max);
+  if (std::string why = disagreement(d, r); !why.empty()) throw Error(why);
+  if (d[kAnyJoined] && r.kind != Request::Kind::allreduce && r.kind != Request::Kind::barrier)
+    throw Error(fmt::format("{} is not supported while a rank has joined (join()): a joined rank takes part in "
+                            "allreduce (with zeros) and barrier only",
+                            kind_name(r.kind)));
 }
 
 // A request on GPU memory: the agreement check (if asked) on the host communicator, then
@@ -114,7 +160,7 @@ void execute_on_device(Context& ctx, const Request& r) {
       throw Error(fmt::format("{}: the output buffer is not GPU memory that CUDA knows of (device {})", what,
                               r.device));
   }
-  if (r.check && r.kind != Request::Kind::barrier) check_agreement(ctx.comm(), r);
+  if (r.check) check_agreement(ctx.comm(), r);
   device::Collectives& d = process_device_collectives(r.device);
   switch (r.kind) {
     case Request::Kind::allreduce: return d.allreduce(r.in, r.out, r.count, r.type, r.op, r.stream);
@@ -144,7 +190,7 @@ void execute(Context& ctx, const Request& r) {
     return execute_on_device(ctx, r);
   }
   Communicator& comm = communicator(ctx, r.set, r.members);
-  if (r.check && r.kind != Request::Kind::barrier) check_agreement(comm, r);
+  if (r.check) check_agreement(comm, r);
   switch (r.kind) {
     case Request::Kind::allreduce: return allreduce(comm, r);
     case Request::Kind::broadcast: return comm.broadcast(r.out, r.count, r.type, r.root);
@@ -154,6 +200,37 @@ void execute(Context& ctx, const Request& r) {
     case Request::Kind::alltoall: return comm.alltoall(r.in, r.out, r.count, r.type);
     case Request::Kind::barrier: return comm.barrier();
   }
+}
+
+JoinRound join_round(Context& ctx, std::int64_t rounds) {
+  Communicator& comm = ctx.comm();
+  std::int64_t d[kSlots];
+  std::fill(d, d + kSlots, kNone);
+  d[kAnyJoined] = 1, d[kAnyWorking] = 0;
+  d[kLastJoined] = -(rounds << 32) + comm.rank();
+  comm.allreduce(d, d, kSlots, DataType::i64, ReduceOp::max);
+  JoinRound j;
+  if (d[kAnyWorking] == 0) {
+    j.done = true;
+    j.last = static_cast<int>(d[kLastJoined] & 0xFFFFFFFF);
+    return j;
+  }
+  // The others' collective: join in where they will run it (they agree, and it is an
+  // allreduce or a barrier); they raise otherwise, and so it is not run.
+  Request r;
+  r.kind = static_cast<Request::Kind>(d[kKind]);
+  r.count = static_cast<std::size_t>(d[kCount]);
+  r.type = static_cast<DataType>(d[kType]);
+  r.op = static_cast<ReduceOp>(d[kOp]);
+  r.root = static_cast<int>(d[kRoot]);
+  r.device = d[kDevice] ? 0 : -1;
+  bool all_agree = true;
+  for (int s = kCount; s < kAnyJoined; s += 2) all_agree = all_agree && agreed(d, s);
+  if (all_agree && (r.kind == Request::Kind::allreduce || r.kind == Request::Kind::barrier)) {
+    j.kind = r.kind, j.count = r.count, j.type = r.type, j.op = r.op, j.on_device = r.device >= 0;
+    j.take_part = true;
+  }
+  return j;
 }
 
 bool Completion::done() const {

@@ -63,6 +63,29 @@ struct Request {
   std::vector<int> members;
 };
 
+// One round of join() (Horovod's): this rank, which has run out of work, takes part in
+// the agreement of the other ranks' next collective (Request::check) with neutral
+// values. `rounds` counts this call among the rank's rounds, from 1. Either every rank
+// has joined (`done`, and `last` is the rank that joined last: the one with the fewest
+// rounds, the highest such rank on a tie; the same on every rank), or the others are
+// about to run a collective: when `take_part`, an allreduce in which this rank must pass
+// `count` zeros of `type` with `op` (on its GPU when `on_device`), or a barrier; other
+// collectives raise on the others (a joined rank has nothing to give them) and this
+// rank goes on to the next round. Collectives that skip the agreement cannot be joined
+// in: with Request::check off, join() is only a place where every rank waits.
+struct JoinRound {
+  bool done = false;
+  int last = -1;
+  bool take_part = false;
+  Request::Kind kind = Request::Kind::barrier;
+  std::size_t count = 0;
+  DataType type = DataType::u8;
+  ReduceOp op = ReduceOp::sum;
+  bool on_device = false;
+};
+JoinRound join_round(Context& ctx, std::int64_t rounds);
+const char* kind_name(Request::Kind k);
+
 // The communicator a request runs on: the current epoch's, or its subset `set`.
 Communicator& communicator(Context& ctx, int set, const std::vector<int>& members);
 

@@ -353,12 +353,31 @@ PYBIND11_MODULE(_core, m) {
   m.def("alltoall", &python::alltoall, py::arg("tensor"), py::arg("out") = py::none(), py::arg("async_") = false);
   m.def(
       "barrier",
-      [](bool async, int set, std::vector<int> members) {
-        return issue([set, members](Context& ctx) { communicator(ctx, set, members).barrier(); }, async, py::none(),
-                     yields(py::none()));
+      [](bool async, int set, std::vector<int> members, std::optional<bool> check) {
+        Request r;  // a barrier
+        r.check = check ? *check : shape_check();  // with the agreement, a joined rank takes part
+        r.set = set;
+        r.members = std::move(members);
+        return issue([r](Context& ctx) { execute(ctx, r); }, async, py::none(), yields(py::none()));
       },
       py::arg("async_") = false, py::arg("set") = 0, py::arg("members") = std::vector<int>{},
+      py::arg("check") = py::none(),
       "Returns once every rank (of process set `set`, whose members are `members`) has called it");
+  m.def(
+      "join_round",
+      [](std::int64_t rounds) {
+        JoinRound j;
+        Engine& e = engine();
+        {
+          py::gil_scoped_release nogil;
+          e.run([&](Context& ctx) { j = join_round(ctx, rounds); });  // after what was issued before
+        }
+        return py::make_tuple(j.done, j.last, j.take_part, std::string(kind_name(j.kind)), j.count,
+                              static_cast<int>(j.type), static_cast<int>(j.op), j.on_device);
+      },
+      py::arg("rounds"),
+      "One round of join(): (done, last rank to join, take part, kind, count, type code, op, on GPU); see "
+      "engine.h");
   m.def("ptr_collective", &ptr_collective, py::arg("kind"), py::arg("inp"), py::arg("out"), py::arg("count"),
         py::arg("dtype"), py::arg("op") = 0, py::arg("root") = 0, py::arg("prescale") = 1.0,
         py::arg("postscale") = 1.0, py::arg("async_") = false, py::arg("keep") = py::none(),

@@ -112,7 +112,9 @@ def events(job, path, name):
 
 ENV_NAMES = ["RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE", "ROLE_RANK",
              "ROLE_WORLD_SIZE", "ROLE_NAME", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RESTART_COUNT",
-             "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_ERROR_FILE", "OMP_NUM_THREADS"]
+             "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_ERROR_FILE", "OMP_NUM_THREADS",
+             "HOROVOD_RANK", "HOROVOD_SIZE", "HOROVOD_LOCAL_RANK", "HOROVOD_LOCAL_SIZE", "HOROVOD_CROSS_RANK",
+             "HOROVOD_CROSS_SIZE", "HOROVOD_HOSTNAME"]
 
 
 def worker_envs(stdout):
@@ -138,6 +140,7 @@ def test_every_worker_gets_torchruns_environment(job, tmp_path):
     assert sorted(env) == [0, 1, 2], r.stdout
     cores = len(os.sched_getaffinity(0))
     expect = {0: ("0", "2", "0", "127.0.0.1"), 1: ("1", "2", "0", "127.0.0.1"), 2: ("0", "1", "1", "127.0.0.2")}
+    cross = {0: ("0", "2"), 1: ("0", "1"), 2: ("1", "2")}  # Horovod's: among the workers of one local rank
     ports = events(job, ev, "port_reserved")
     assert len(ports) == 1 and ports[0]["host"] == "127.0.0.1", ports
     for rank, (local_rank, local_size, group, host) in expect.items():
@@ -148,6 +151,9 @@ def test_every_worker_gets_torchruns_environment(job, tmp_path):
         assert e["MASTER_ADDR"] == "127.0.0.1" and e["MASTER_PORT"] == str(ports[0]["port"]), e
         assert (e["TORCHELASTIC_RESTART_COUNT"], e["TORCHELASTIC_MAX_RESTARTS"]) == ("0", "0"), e
         assert e["TORCHELASTIC_RUN_ID"] == "exp-42", e
+        assert (e["HOROVOD_RANK"], e["HOROVOD_SIZE"], e["HOROVOD_LOCAL_RANK"], e["HOROVOD_LOCAL_SIZE"],
+                e["HOROVOD_HOSTNAME"]) == (str(rank), "3", local_rank, local_size, host), e
+        assert (e["HOROVOD_CROSS_RANK"], e["HOROVOD_CROSS_SIZE"]) == cross[rank], e
         assert e["OMP_NUM_THREADS"] == str(max(1, cores // int(local_size))), e
         assert re.fullmatch(r"/dev/shm/elasticrun\.\d+\.errors/\d+\.\d+\.json", e["TORCHELASTIC_ERROR_FILE"]), e
     assert len({e["TORCHELASTIC_ERROR_FILE"] for e in env.values()}) == 3

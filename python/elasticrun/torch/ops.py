@@ -70,6 +70,7 @@ try:  # allreduce_'s checks in C++, where the torch.distributed backend was buil
 except ImportError:
     _fast_allreduce_ = None
 _CODES = {t: _core.DTYPES[n] for t, n in _NAMES.items()}
+_DTYPES = {c: t for t, c in _CODES.items()}
 
 
 _device_status = None  # _core.device_status(), asked once: (True, "") or (False, why)
@@ -525,7 +526,7 @@ def _allgather(tensor, async_, what, among=None):
     rows, row = t.shape[0], math.prod(t.shape[1:])
     meta = torch.tensor([rows, row, code], dtype=torch.int64)
     every = torch.empty(3 * n, dtype=torch.int64)
-    _issue("allgather", meta, every, 3, _core.DTYPES["i64"], check=False, among=among)
+    _issue("allgather", meta, every, 3, _core.DTYPES["i64"], among=among)  # agreed first: join() refuses it
     every = every.view(n, 3)
     if bool((every[:, 1] != row).any()) or bool((every[:, 2] != code).any()):
         raise _er.ElasticrunError(f"{what}: the ranks' tensors differ beyond the first dimension: "
@@ -595,11 +596,29 @@ def barrier(process_set=global_process_set):
 
 
 def join(device=-1):
-    """Horovod's join, reduced to what a negotiation-free library can do: every rank
-    must call it at the same point; it waits for this rank's pending collectives, then
-    acts as a barrier. Ranks that joined do not stand in (with zeros) for collectives
-    the others still issue, as Horovod's do: a rank that runs out of data early must
-    keep issuing the same collectives (e.g. with a zero-weight batch). Returns -1
-    (Horovod returns the last rank to join; no rank is distinguished here)."""
-    _er.barrier()
-    return -1
+    """Horovod's join, for ranks that run out of data at different times: this rank has
+    no more collectives of its own, and until every rank has called join() it takes part
+    in the others' allreduces with zeros of their shape and type (an Average still
+    divides by the whole job's size, as Horovod's) and in their barriers. Other
+    collectives (allgather, broadcast, alltoall, reducescatter) raise ElasticrunError on
+    the ranks that issue them while a rank has joined, as Horovod's do. Returns the rank
+    that joined last, the same on every rank. `device`: the CUDA device for the zeros of
+    GPU allreduces (default: the current one).
+
+    It works through the agreement every collective makes before it runs (the shape
+    check, on by default): a joined rank learns from it what the others run. Collectives
+    that skip it (set_shape_check(False)) cannot be joined in; the global set only."""
+    rounds = 0
+    while True:
+        rounds += 1
+        done, last, take_part, kind, count, code, op, on_device = _core.join_round(rounds)
+        if done:
+            return last
+        if not take_part:
+            continue
+        if kind == "barrier":
+            _core.barrier(False, check=False)
+            continue
+        where = torch.device("cuda", device if device >= 0 else torch.cuda.current_device()) if on_device else "cpu"
+        zeros = torch.zeros(count, dtype=_DTYPES[code], device=where)
+        _issue("allreduce", zeros, zeros, count, code, op, check=False)

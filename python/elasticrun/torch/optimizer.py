@@ -177,10 +177,12 @@ class _DistributedOptimizer:
             pre, post = 1.0 / self._predivide, self._predivide
         else:
             pre = post = 1.0
-        # The first step after construction or a reset checks that every rank's buckets
-        # agree (count and type); later steps skip that round trip.
+        # Every bucket's allreduce makes the agreement first (unless set_shape_check(False)):
+        # ranks whose buckets differ get an error, and a rank inside join() learns what to
+        # take part in (one small allreduce a bucket: about 0.1% of a step, see
+        # bench/RESULTS.md).
         h = ops._issue("allreduce", sent, sent, sent.numel(), ops._code(sent, "DistributedOptimizer"), self._op,
-                       pre=pre, post=post, async_=True, keep=sent, check=not self._checked, among=self._among)
+                       pre=pre, post=post, async_=True, keep=sent, among=self._among)
         b.pending = (h, sent, cctx)
 
     def _reduce_sparse(self, grad):

@@ -280,6 +280,68 @@ def mode_process_sets():
     check(torch.equal(hvd.allreduce(torch.ones(1), op=hvd.Sum), full((1,), n)), "the job after init again")
 
 
+def mode_join():
+    """join(): the rank that joined takes part in the others' allreduces (with zeros) and
+    barriers, the other collectives raise on the ranks that issue them, and every rank
+    gets the rank that joined last. Then DistributedOptimizer over uneven data: each
+    rank's weights must be those of the training every rank can compute alone."""
+    r, n = hvd.rank(), hvd.size()
+    for first in range(n):
+        if r == first:
+            ret = hvd.join()
+        else:
+            for dtype in (torch.float32, torch.int32, torch.int64):
+                x = torch.arange(1, 8).to(dtype) * (r + 1)
+                others = [q for q in range(n) if q != first]
+                total = sum(torch.arange(1, 8).to(dtype) * (q + 1) for q in others)
+                check(torch.equal(hvd.allreduce(x, op=hvd.Sum), total), f"Sum with rank {first} joined, {dtype}")
+                want = total / n if dtype.is_floating_point else torch.div(total, n, rounding_mode="trunc")
+                h = hvd.allreduce_async(x, average=True)
+                check(torch.equal(hvd.synchronize(h), want), f"Average with rank {first} joined divides by {n}")
+            hvd.barrier()
+            for what, fn in (("allgather", lambda: hvd.allgather(torch.ones(2))),
+                             ("broadcast", lambda: hvd.broadcast(torch.ones(2), [q for q in range(n)
+                                                                                 if q != first][0])),
+                             ("alltoall", lambda: hvd.alltoall(torch.ones(n))),
+                             ("reducescatter", lambda: hvd.reducescatter(torch.ones(n)))):
+                raises(hvd.ElasticrunError, fn, f"{what} while rank {first} has joined",
+                       "not supported while a rank has joined")
+            ret = hvd.join()
+        last = max(q for q in range(n) if q != first)  # the others join in the same round: the highest
+        check(ret == last and hvd.allgather_object(ret) == [last] * n, f"join() returned {ret}, want {last}")
+    # uneven data: rank q has q + 2 batches; the optimizer averages over n (zeros from
+    # the ranks that joined), as Horovod's; every rank computes the whole training alone
+    torch.manual_seed(5)
+    batches = [[(torch.randn(4, 3), torch.randn(4, 2)) for _ in range(q + 2)] for q in range(n)]
+    start = torch.nn.Linear(3, 2)
+
+    def grad(weights, x, y):
+        m = torch.nn.Linear(3, 2)
+        m.load_state_dict(weights)
+        torch.nn.functional.mse_loss(m(x), y).backward()
+        return [m.weight.grad, m.bias.grad]
+
+    weights, expect = start.state_dict(), []
+    for step in range(n + 1):
+        gs = [grad(weights, *batches[q][step]) for q in range(n) if step < len(batches[q])]
+        weights = {"weight": weights["weight"] - 0.1 * sum(g[0] for g in gs) / n,
+                   "bias": weights["bias"] - 0.1 * sum(g[1] for g in gs) / n}
+        expect.append(weights)
+    model = torch.nn.Linear(3, 2)
+    model.load_state_dict(start.state_dict())
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                   named_parameters=model.named_parameters())
+    for x, y in batches[r]:
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        opt.step()
+    hvd.join()
+    want = expect[len(batches[r]) - 1]
+    check(torch.allclose(model.weight, want["weight"], atol=1e-6) and torch.allclose(model.bias, want["bias"],
+                                                                                     atol=1e-6),
+          f"DistributedOptimizer over uneven data with join(): rank {r}'s weights after {len(batches[r])} steps")
+
+
 def main():
     mode = sys.argv[1]
     if mode == "api":
