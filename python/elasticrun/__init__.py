@@ -12,8 +12,8 @@ Collectives take any C-contiguous buffer-protocol object (numpy arrays, bytearra
 memoryview) without copying it; a non-contiguous one is refused with ValueError (a copy
 would hide that an in-place result does not reach the caller's array), an element type
 the library has not got with TypeError. Every wait releases the GIL. Before each
-collective the ranks agree that they pass the same element count and type (one 32-byte
-allreduce), so that a mismatch is an ElasticrunError on every rank rather than a hang or
+collective the ranks agree that they issue the same collective with the same element count
+and type (one 136-byte allreduce), so that a mismatch is an ElasticrunError on every rank rather than a hang or
 a silently wrong result; ``set_shape_check(False)`` (or ELASTICRUN_CHECK_SHAPES=0 in the
 environment) skips that for programs whose shapes agree by construction. Every rank must
 issue the same collectives in the same order; asynchronous ones run in that order on a

@@ -1,7 +1,10 @@
 #include "engine.h"
 
+#include "control/settings.h"
 #include "host/reduce.h"
 #include "process_engine.h"
+
+#include <common/log.h>
 
 #include <elasticrun/device.hpp>
 
@@ -12,6 +15,7 @@
 #include <cstring>
 #include <limits>
 #include <string>
+#include <thread>
 
 namespace elasticrun::python {
 
@@ -81,11 +85,13 @@ void allreduce(Communicator& comm, const Request& r) {
 // agreements of the others with kNone in every pair (neutral for max), which tells it
 // what they are about to run, and says so in the join slots.
 enum Slot : int {
-  kCount = 0, kType = 2, kShape = 4, kRoot = 6, kKind = 8, kOp = 10, kDevice = 12,  // pairs
-  kAnyJoined = 14,     // 1 from a rank inside join()
-  kAnyWorking = 15,    // 1 from a rank outside it: 0 once every rank joined
-  kLastJoined = 16,    // a joined rank's claim to have joined last: -(rounds << 32) + rank
-  kSlots = 17,
+  kCount = 0, kType = 2, kShape = 4, kRoot = 6, kKind = 8, kOp = 10, kDevice = 12, kKey = 14,  // pairs
+  kAnyJoined = 16,     // 1 from a rank inside join()
+  kAnyWorking = 17,    // 1 from a rank outside it: 0 once every rank joined
+  kLastJoined = 18,    // a joined rank's claim to have joined last: -(rounds << 32) + rank
+  kAnyNamed = 19,      // 1 from a rank whose collective is named
+  kAnyFixed = 20,      // 1 from a rank whose task may not be put off (Request::reorderable)
+  kSlots = 21,
 };
 constexpr std::int64_t kNone = std::numeric_limits<std::int64_t>::min();
 
@@ -95,10 +101,10 @@ bool agreed(const std::int64_t* d, int slot) { return d[slot] == -d[slot + 1]; }
 // Why the ranks' agreement slots `d` (after the allreduce) disagree; empty if they agree.
 std::string disagreement(const std::int64_t* d, const Request& r) {
   const char* what = kind_name(r.kind);
-  if (!agreed(d, kKind))
-    return fmt::format("{}: the ranks issue different collectives (this rank {}): every rank must issue the "
-                       "same collectives in the same order",
-                       what, what);
+  if (!agreed(d, kKind) || !agreed(d, kKey))
+    return fmt::format("{}: the ranks issue different collectives (this rank {}{}): every rank must issue the "
+                       "same collectives in the same order, or name them",
+                       what, what, r.key && r.key != barrier_key() ? ", named" : "");
   if (!agreed(d, kDevice))
     return fmt::format("{}: some ranks pass GPU buffers, others host memory (this rank {})", what,
                        r.device >= 0 ? "GPU" : "host");
@@ -120,6 +126,58 @@ std::string disagreement(const std::int64_t* d, const Request& r) {
 
 bool reduces(Request::Kind k) { return k == Request::Kind::allreduce || k == Request::Kind::reduce_scatter; }
 
+// The engine whose task runs on this thread (set by Engine::attempt), for negotiate().
+thread_local Engine* tl_engine = nullptr;
+
+// Thrown through a task when a negotiation chose the collective of `key` to run first;
+// not a std::exception, so that nothing on the way takes it for an error.
+struct Reorder {
+  std::uint64_t key;
+};
+
+// The ranks' next collectives differ and one of them is named: every rank gathers every
+// rank's pending keys (Engine::pending_keys) and the first of rank 0's that every rank
+// has is run first, everywhere (Reorder). When there is none yet (a rank has not issued
+// it), again a millisecond later, until one is or ELASTICRUN_COLLECTIVE_TIMEOUT passes:
+// the decision to give up is taken together, from every rank's clock, then `why`.
+[[noreturn]] void negotiate(Communicator& comm, const std::string& why) {
+  using Clock = std::chrono::steady_clock;
+  const auto start = Clock::now();
+  const auto give_up = start + collective::settings::collective_timeout();
+  bool warned = false;
+  const int n = comm.size();
+  for (;;) {
+    std::vector<std::uint64_t> mine = tl_engine->pending_keys();
+    std::int64_t head[2] = {static_cast<std::int64_t>(mine.size()), Clock::now() >= give_up ? 1 : 0};
+    std::vector<std::int64_t> heads(2 * static_cast<std::size_t>(n));
+    comm.allgather(head, heads.data(), 2, DataType::i64);
+    std::vector<std::size_t> counts(n), at(n + 1, 0);
+    bool out_of_time = false;
+    for (int q = 0; q < n; ++q) {
+      counts[q] = static_cast<std::size_t>(heads[2 * q]);
+      at[q + 1] = at[q] + counts[q];
+      out_of_time = out_of_time || heads[2 * q + 1] != 0;
+    }
+    std::vector<std::uint64_t> all(at[n] + 1);
+    comm.allgatherv(mine.data(), all.data(), counts, DataType::i64);
+    if (out_of_time)
+      throw Error(fmt::format("{}; no named collective was issued by every rank within {} s", why,
+                              std::chrono::duration_cast<std::chrono::seconds>(give_up - start).count()));
+    for (std::size_t i = 0; i < counts[0]; ++i) {
+      const std::uint64_t k = all[i];
+      bool everywhere = true;
+      for (int q = 1; q < n && everywhere; ++q)
+        everywhere = std::find(all.begin() + at[q], all.begin() + at[q + 1], k) != all.begin() + at[q + 1];
+      if (everywhere) throw Reorder{k};
+    }
+    if (!warned && Clock::now() - start > std::chrono::seconds(10)) {
+      warned = true;
+      ER_LOG(collective, warn, "waiting for the ranks to issue a named collective that every rank has ({})", why);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
+
 void check_agreement(Communicator& comm, const Request& r) {
   std::int64_t d[kSlots];
   put(d, kCount, static_cast<std::int64_t>(r.count));
@@ -129,9 +187,19 @@ void check_agreement(Communicator& comm, const Request& r) {
   put(d, kKind, static_cast<std::int64_t>(r.kind));
   put(d, kOp, reduces(r.kind) ? static_cast<std::int64_t>(r.op) : 0);
   put(d, kDevice, r.device >= 0 ? 1 : 0);
+  put(d, kKey, static_cast<std::int64_t>(r.key >> 1));  // 63 bits: the pair's negation never overflows
   d[kAnyJoined] = 0, d[kAnyWorking] = 1, d[kLastJoined] = kNone;
+  d[kAnyNamed] = r.key != 0 && r.key != barrier_key() ? 1 : 0;
+  d[kAnyFixed] = r.reorderable ? 0 : 1;
   comm.allreduce(d, d, kSlots, DataType::i64, ReduceOp::max);
-  if (std::string why = disagreement(d, r); !why.empty()) throw Error(why);
+  if (std::string why = disagreement(d, r); !why.empty()) {
+    // Different collectives, named ones among them: negotiate, where every rank's task
+    // can wait (and no rank is inside join(), which takes no part in a negotiation).
+    if ((!agreed(d, kKind) || !agreed(d, kKey)) && d[kAnyNamed] && !d[kAnyFixed] && !d[kAnyJoined] && r.set == 0 &&
+        tl_engine)
+      negotiate(comm, why);
+    throw Error(why);
+  }
   if (d[kAnyJoined] && r.kind != Request::Kind::allreduce && r.kind != Request::Kind::barrier)
     throw Error(fmt::format("{} is not supported while a rank has joined (join()): a joined rank takes part in "
                             "allreduce (with zeros) and barrier only",
@@ -202,6 +270,14 @@ void execute(Context& ctx, const Request& r) {
   }
 }
 
+std::uint64_t name_key(const std::string& name) {
+  std::uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a: the same in every process
+  for (unsigned char c : name) h = (h ^ c) * 0x100000001b3ull;
+  return h | 2;  // never 0, never barrier_key() (1)
+}
+
+std::uint64_t barrier_key() { return 1; }
+
 JoinRound join_round(Context& ctx, std::int64_t rounds) {
   Communicator& comm = ctx.comm();
   std::int64_t d[kSlots];
@@ -265,23 +341,47 @@ Engine::~Engine() {
   thread_.join();
 }
 
-std::shared_ptr<Completion> Engine::submit(Task t) {
+void Engine::check_unique(const Named& n) const {
+  if (n.unique && n.key && in_flight_.count(n.key))
+    throw DuplicateName("a collective named '" + n.name +
+                        "' is in flight already: names of pending collectives must be unique");
+}
+
+std::shared_ptr<Completion> Engine::submit(Task t, const Named& named) {
   auto c = std::make_shared<Completion>();
   {
     std::lock_guard lock(mu_);
-    queue_.emplace_back(std::move(t), c);
+    check_unique(named);
+    if (named.unique && named.key) in_flight_.insert(named.key);
+    queue_.push_back({std::move(t), c, named});
   }
   cv_.notify_one();
   return c;
 }
 
-std::exception_ptr Engine::attempt(const Task& t) noexcept {
+std::vector<std::uint64_t> Engine::pending_keys() {
+  std::lock_guard lock(mu_);
+  std::vector<std::uint64_t> keys;
+  if (running_key_) keys.push_back(running_key_);
+  for (const auto& q : queue_)
+    if (q.named.key) keys.push_back(q.named.key);
+  return keys;
+}
+
+std::exception_ptr Engine::attempt(const Task& t, std::uint64_t& next) noexcept {
+  next = 0;
+  Engine* outer = tl_engine;
+  tl_engine = this;
+  std::exception_ptr error;
   try {
     t(ctx_);
+  } catch (const Reorder& r) {
+    next = r.key;
   } catch (...) {
-    return std::current_exception();
+    error = std::current_exception();
   }
-  return nullptr;
+  tl_engine = outer;
+  return error;
 }
 
 void Engine::ran() {
@@ -290,25 +390,37 @@ void Engine::ran() {
   else cv_.notify_one();  // queued behind an inline task: the thread's turn
 }
 
-bool Engine::try_run(const Task& t, std::exception_ptr& error) {
+bool Engine::try_run(const Task& t, std::exception_ptr& error, const Named& named) {
   std::unique_lock lock(mu_);
   if (busy_ || !queue_.empty()) return false;
+  check_unique(named);
   busy_ = true;
+  running_key_ = named.key;
   lock.unlock();
-  error = attempt(t);
+  for (;;) {
+    std::uint64_t next = 0;
+    error = attempt(t, next);
+    if (next == 0) break;
+    // Nothing else is pending here: the negotiation can only have chosen this task.
+    if (next != named.key) {
+      error = std::make_exception_ptr(Error("negotiation chose a collective this rank has not issued"));
+      break;
+    }
+  }
   lock.lock();
+  running_key_ = 0;
   ran();
   return true;
 }
 
-void Engine::run(const Task& t) {
+void Engine::run(const Task& t, const Named& named) {
   std::exception_ptr error;
-  if (try_run(t, error)) {
+  if (try_run(t, error, named)) {
     if (error) std::rethrow_exception(error);
     return;
   }
   // Something was issued before: take a place behind it.
-  auto c = submit(t);
+  auto c = submit(t, named);
   while (!c->wait_for(std::chrono::hours(1))) {
   }
 }
@@ -326,11 +438,37 @@ void Engine::loop() {
       if (stop_) return;
       continue;
     }
-    auto [task, completion] = std::move(queue_.front());
+    Queued q = std::move(queue_.front());
     queue_.pop_front();
     busy_ = true;
+    running_key_ = q.named.key;
     lock.unlock();
-    completion->finish(attempt(task));
+    std::uint64_t next = 0;
+    std::exception_ptr error = attempt(q.task, next);
+    lock.lock();
+    running_key_ = 0;
+    if (next != 0) {
+      // A negotiation chose the task of `next` (maybe this one) to run first: this one
+      // goes back to the front, that one before it.
+      queue_.push_front(std::move(q));
+      auto chosen = std::find_if(queue_.begin(), queue_.end(), [next](const Queued& e) { return e.named.key == next; });
+      if (chosen == queue_.end()) {
+        q = std::move(queue_.front());
+        queue_.pop_front();
+        error = std::make_exception_ptr(Error("negotiation chose a collective this rank has not issued"));
+      } else {
+        if (chosen != queue_.begin()) {
+          Queued c = std::move(*chosen);
+          queue_.erase(chosen);
+          queue_.push_front(std::move(c));
+        }
+        busy_ = false;
+        continue;
+      }
+    }
+    if (q.named.unique && q.named.key) in_flight_.erase(in_flight_.find(q.named.key));
+    lock.unlock();
+    q.completion->finish(error);
     lock.lock();
     ran();
   }

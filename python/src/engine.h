@@ -3,10 +3,16 @@
 // thread of its own (the asynchronous forms, and DistributedOptimizer's gradient
 // hooks, which issue allreduces while backward() is still running).
 //
-// Ordering is the whole contract: every rank must run the same collectives in the same
-// order, and a synchronous call issued after asynchronous ones must not overtake them.
-// So a synchronous call runs inline only when nothing is queued or running (the common
-// case, and the fast one: no thread hand-off); otherwise it joins the queue and waits.
+// Ordering is the contract: every rank must run the same collectives in the same order,
+// and a synchronous call issued after asynchronous ones must not overtake them. So a
+// synchronous call runs inline only when nothing is queued or running (the common case,
+// and the fast one: no thread hand-off); otherwise it joins the queue and waits.
+//
+// Named collectives (Horovod's name=) may be issued in different orders on different
+// ranks, as Horovod allows: when the ranks' next collectives differ and one of them is
+// named, the ranks negotiate (see negotiate() in engine.cc) and run first a named
+// collective that every rank has issued; the others keep their places. A name that is
+// in flight cannot be issued again (DuplicateName, Horovod's ValueError).
 //
 // No Python object is touched here: the bindings keep the buffers alive and convert the
 // errors. Waits never hold the GIL (the bindings release it around every call here).
@@ -22,6 +28,9 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <set>
+#include <stdexcept>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -43,8 +52,9 @@ struct Request {
   // allreduce only: the input is multiplied by prescale before the reduction, the result
   // by postscale after it (Horovod's prescale_factor / postscale_factor). Float types.
   double prescale = 1.0, postscale = 1.0;
-  // First agree that every rank passes the same element count and type, and the same
-  // `shape` fingerprint and (broadcast) root (one 64-byte allreduce): a disagreement is
+  // First agree that every rank issues the same collective (kind, op, host or device
+  // memory) with the same element count and type, `shape` fingerprint and (broadcast)
+  // root (one 136-byte allreduce, which join() also rides on): a disagreement is
   // then an Error on every rank, where the collective itself could hang or silently
   // reduce mismatched buffers. `shape`: the caller's fingerprint of the tensor's shape
   // (0: none), so that equal counts of different shapes are refused, as Horovod does.
@@ -61,6 +71,24 @@ struct Request {
   // current communicator's ranks in the set's order. Host memory only.
   int set = 0;
   std::vector<int> members;
+  // A named collective: a hash of its name (name_key), 0 for none. Matched by name when
+  // the ranks issue collectives in different orders; `reorderable` says that the task
+  // that runs this request may be put off for another (Engine's tasks from the _core
+  // bindings; not torch.distributed's, whose order the process group keeps).
+  std::uint64_t key = 0;
+  bool reorderable = false;
+};
+
+// A collective name's key for Request::key: never 0.
+std::uint64_t name_key(const std::string& name);
+// The key of every barrier: barriers match each other by order, like unnamed collectives,
+// but may be run out of order against named ones.
+std::uint64_t barrier_key();
+
+// Thrown by Engine::submit/run for a named collective whose name is in flight.
+class DuplicateName : public std::invalid_argument {
+ public:
+  using std::invalid_argument::invalid_argument;
 };
 
 // One round of join() (Horovod's): this rank, which has run out of work, takes part in
@@ -112,6 +140,14 @@ class Completion {
   std::exception_ptr error_;
 };
 
+// How a task is queued: its request's key (0: none) and whether the name is held while
+// the task is in flight (a named collective of the user's; barriers are not).
+struct Named {
+  std::uint64_t key = 0;
+  bool unique = false;
+  std::string name;  // for the DuplicateName message
+};
+
 class Engine {
  public:
   explicit Engine(Context& ctx);
@@ -120,29 +156,42 @@ class Engine {
   Engine& operator=(const Engine&) = delete;
 
   // Queues the task; the caller keeps its buffers alive until the completion is done.
-  std::shared_ptr<Completion> submit(Task t);
+  // DuplicateName when `named` is unique and its key is in flight.
+  std::shared_ptr<Completion> submit(Task t, const Named& named = {});
   // Runs the task after everything issued before it; throws its error.
-  void run(const Task& t);
+  void run(const Task& t, const Named& named = {});
   // Runs the task on this thread if nothing is queued or running, with its error in
   // `error`, and returns true; otherwise runs nothing and returns false.
-  bool try_run(const Task& t, std::exception_ptr& error);
+  bool try_run(const Task& t, std::exception_ptr& error, const Named& named = {});
   // Waits until nothing is queued or running (before a re-join replaces the
   // communicator: a request of the old epoch must not run on the new one).
   void drain();
+  // The keys of the running task and the queued ones, in the order they run (0s left out).
+  std::vector<std::uint64_t> pending_keys();
 
  private:
+  struct Queued {
+    Task task;
+    std::shared_ptr<Completion> completion;
+    Named named;
+  };
   void loop();
-  // Runs the task on this thread; its error, if any.
-  std::exception_ptr attempt(const Task& t) noexcept;
+  // Runs the task on this thread; its error, if any. A negotiation that chose another
+  // task puts that task's key in `next` (the task is then to be run again later).
+  std::exception_ptr attempt(const Task& t, std::uint64_t& next) noexcept;
   // With mu_ held, after a task ran: idle, or the next one's turn.
   void ran();
+  // With mu_ held: DuplicateName if `n` is unique and in flight.
+  void check_unique(const Named& n) const;
 
   Context& ctx_;
   std::mutex mu_;
   std::condition_variable cv_;       // work arrived, or stop
   std::condition_variable idle_cv_;  // the queue became empty and nothing runs
-  std::deque<std::pair<Task, std::shared_ptr<Completion>>> queue_;
+  std::deque<Queued> queue_;
   bool busy_ = false;  // a task is running, on the thread or inline
+  std::uint64_t running_key_ = 0;
+  std::multiset<std::uint64_t> in_flight_;  // unique names queued or running
   bool stop_ = false;
   std::thread thread_;
 };

@@ -17,6 +17,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
@@ -42,8 +44,11 @@ void do_init() {
   start_process_engine();
 }
 
+void sweep_orphans(bool all);
+
 void do_shutdown() {
   flush_checkpoints();
+  sweep_orphans(true);
   py::gil_scoped_release nogil;
   stop_process_engine();
 }
@@ -55,16 +60,22 @@ class Handle {
   Handle(std::shared_ptr<Completion> c, py::object keep, std::shared_ptr<void> views,
          std::function<py::object()> result)
       : completion_(std::move(c)), keep_(std::move(keep)), views_(std::move(views)), result_(std::move(result)) {}
+  // A handle dropped before its collective completed does not wait for it (a rank that
+  // drops one and goes on to a collective the others issued first would wait forever):
+  // its buffers go to the orphans, released once the collective is done.
   ~Handle() {
-    if (completion_ && !completion_->done()) {
-      py::gil_scoped_release nogil;
-      try {
-        while (!completion_->wait_for(std::chrono::hours(1))) {
-        }
-      } catch (...) {
-        // Its error belonged to whoever would have waited.
-      }
-    }
+    if (completion_ && !completion_->done()) orphans().push_back({completion_, std::move(keep_), std::move(views_)});
+  }
+
+  struct Orphan {
+    std::shared_ptr<Completion> completion;
+    py::object keep;
+    std::shared_ptr<void> views;
+  };
+  // Held with the GIL; swept (sweep_orphans) at every issue and at shutdown.
+  static std::vector<Orphan>& orphans() {
+    static auto* o = new std::vector<Orphan>;  // never destroyed: no Python objects freed at exit
+    return *o;
   }
   Handle(const Handle&) = delete;
   Handle& operator=(const Handle&) = delete;
@@ -106,24 +117,44 @@ std::function<py::object()> yields(py::object o) {
   return [o = std::move(o)] { return o; };
 }
 
+// Releases the buffers of dropped handles whose collectives are done; with `all`, waits
+// (GIL released) for the others first. GIL held.
+void sweep_orphans(bool all) {
+  auto& o = Handle::orphans();
+  if (o.empty()) return;
+  if (all) {
+    for (auto& h : o) {
+      py::gil_scoped_release nogil;
+      try {
+        while (!h.completion->wait_for(std::chrono::hours(1))) {
+        }
+      } catch (...) {
+        // Its error belonged to whoever would have waited.
+      }
+    }
+  }
+  o.erase(std::remove_if(o.begin(), o.end(), [](const Handle::Orphan& h) { return h.completion->done(); }), o.end());
+}
+
 // Runs `task` synchronously (GIL released) and returns result(), or queues it and
 // returns a Handle that keeps `keep` and `views` alive and yields result(). Tasks capture
 // raw pointers only: a task may be destroyed on the engine's thread, without the GIL,
 // where releasing a buffer view (PyBuffer_Release) must not happen.
 py::object issue(Task task, bool async, py::object keep, std::function<py::object()> result,
-                 std::shared_ptr<void> views = {}) {
+                 std::shared_ptr<void> views = {}, const Named& named = {}) {
   Engine& e = engine();
+  sweep_orphans(false);
   if (!async) {
     {
       py::gil_scoped_release nogil;
-      e.run(task);
+      e.run(task, named);
     }
     return result();
   }
   std::shared_ptr<Completion> c;
   {
     py::gil_scoped_release nogil;
-    c = e.submit(std::move(task));
+    c = e.submit(std::move(task), named);
   }
   return py::cast(std::make_unique<Handle>(std::move(c), std::move(keep), std::move(views), std::move(result)));
 }
@@ -245,13 +276,73 @@ py::object alltoall(py::object x, py::object out, bool async) {
                std::make_shared<std::pair<std::shared_ptr<View>, std::shared_ptr<View>>>(in, o));
 }
 
+// The torch layer's asynchronous allgather: one task that first agrees and exchanges
+// every rank's row count (rows of `row_elements` elements of type `type`, from `data`),
+// then gathers them into memory of its own. The result, once done: (the gathered bytes
+// as a numpy uint8 array, without a copy; every rank's row count). In a task of its own
+// so that it waits in the queue like any other (a named one can be run out of order).
+py::object allgather_ptr(std::uintptr_t data, std::int64_t rows, std::int64_t row_elements, int type, bool check,
+                         py::object keep, int set, std::vector<int> members, const std::string& name) {
+  if (type < 0 || type > static_cast<int>(DataType::i64)) throw py::value_error("unknown element type code");
+  const DataType t = static_cast<DataType>(type);
+  auto got = std::make_shared<Gathered>();
+  auto meta = std::make_shared<std::array<std::int64_t, 3>>(std::array<std::int64_t, 3>{rows, row_elements, type});
+  auto every = std::make_shared<std::vector<std::int64_t>>();
+  Request r{Request::Kind::allgather, meta->data(), nullptr, 3, DataType::i64};
+  r.check = check;
+  r.set = set;
+  r.members = std::move(members);
+  r.reorderable = true;
+  Named named;
+  if (!name.empty() && set == 0) {
+    r.key = named.key = name_key(name);
+    named.unique = true;
+    named.name = name;
+  }
+  const void* in = reinterpret_cast<const void*>(data);
+  Task task = [r, in, t, got, meta, every](Context& ctx) mutable {
+    Communicator& comm = communicator(ctx, r.set, r.members);
+    const int n = comm.size();
+    every->assign(3 * static_cast<std::size_t>(n), 0);
+    r.out = every->data();
+    execute(ctx, r);
+    std::vector<std::size_t> counts(n);
+    const std::int64_t* mine = meta->data();
+    for (int q = 0; q < n; ++q) {
+      const std::int64_t* m = &(*every)[3 * q];
+      if (m[1] != mine[1] || m[2] != mine[2])
+        throw Error(fmt::format("allgather: the ranks' tensors differ beyond the first dimension: rank {} has {} {} "
+                                "elements per row, rank {} has {} {}",
+                                comm.rank(), mine[1], name_of(t), q, m[1], name_of(static_cast<DataType>(m[2]))));
+      got->rows.push_back(m[0]);
+      counts[q] = static_cast<std::size_t>(m[0] * mine[1]);
+    }
+    std::size_t total = 0;
+    for (auto c : counts) total += c;
+    got->bytes.resize(total * size_of(t));
+    comm.allgatherv(in, got->bytes.data(), counts, t);
+  };
+  auto cache = std::make_shared<py::object>();  // the result, made once (wait() may be called again)
+  auto result = [got, cache]() -> py::object {
+    if (!*cache) {
+      auto* owner = new std::vector<std::uint8_t>(std::move(got->bytes));
+      py::capsule free_it(owner, [](void* p) { delete static_cast<std::vector<std::uint8_t>*>(p); });
+      py::array a(py::dtype::of<std::uint8_t>(), {static_cast<py::ssize_t>(owner->size())}, {1}, owner->data(),
+                  free_it);
+      *cache = py::make_tuple(a, got->rows);
+    }
+    return *cache;
+  };
+  return issue(std::move(task), true, keep, result, {}, named);
+}
+
 // The torch layer's path: raw pointers of tensors it keeps alive (`keep`), the type by
 // the library's code, no buffer protocol (it has no bfloat16). `device` >= 0: CUDA
 // tensors on that device, reduced through NCCL on `stream` (Request::device).
 py::object ptr_collective(const std::string& kind, std::uintptr_t in, std::uintptr_t out, std::size_t count,
                           int type, int op, int root, double prescale, double postscale, bool async,
                           py::object keep, bool check, int device, std::uintptr_t stream, std::int64_t shape,
-                          int set, std::vector<int> members) {
+                          int set, std::vector<int> members, const std::string& name) {
   if (type < 0 || type > static_cast<int>(DataType::i64)) throw py::value_error("unknown element type code");
   Request r;
   if (kind == "allreduce") r.kind = Request::Kind::allreduce;
@@ -269,7 +360,14 @@ py::object ptr_collective(const std::string& kind, std::uintptr_t in, std::uintp
   r.stream = reinterpret_cast<void*>(stream);
   r.set = set;
   r.members = std::move(members);
-  return issue([r](Context& ctx) { execute(ctx, r); }, async, keep, yields(py::none()));
+  r.reorderable = true;
+  Named named;
+  if (!name.empty() && set == 0) {  // a process set's collectives go by order
+    r.key = named.key = name_key(name);
+    named.unique = true;
+    named.name = name;
+  }
+  return issue([r](Context& ctx) { execute(ctx, r); }, async, keep, yields(py::none()), {}, named);
 }
 
 }  // namespace
@@ -280,6 +378,7 @@ PYBIND11_MODULE(_core, m) {
   using namespace elasticrun::python;
   m.doc() = "libelasticrun bindings (internal: use the elasticrun package)";
 
+  py::register_exception<DuplicateName>(m, "DuplicateNameError", PyExc_ValueError);
   auto base = py::register_exception<Error>(m, "ElasticrunError", PyExc_RuntimeError);
   py::register_exception<WorkersFailed>(m, "WorkersFailedError", base.ptr());
   py::register_exception<HostsUpdated>(m, "HostsUpdatedError", base.ptr());
@@ -358,7 +457,10 @@ PYBIND11_MODULE(_core, m) {
         r.check = check ? *check : shape_check();  // with the agreement, a joined rank takes part
         r.set = set;
         r.members = std::move(members);
-        return issue([r](Context& ctx) { execute(ctx, r); }, async, py::none(), yields(py::none()));
+        r.reorderable = true;
+        Named named;
+        if (set == 0) r.key = named.key = barrier_key();  // may run before named collectives issued earlier
+        return issue([r](Context& ctx) { execute(ctx, r); }, async, py::none(), yields(py::none()), {}, named);
       },
       py::arg("async_") = false, py::arg("set") = 0, py::arg("members") = std::vector<int>{},
       py::arg("check") = py::none(),
@@ -382,7 +484,11 @@ PYBIND11_MODULE(_core, m) {
         py::arg("dtype"), py::arg("op") = 0, py::arg("root") = 0, py::arg("prescale") = 1.0,
         py::arg("postscale") = 1.0, py::arg("async_") = false, py::arg("keep") = py::none(),
         py::arg("check") = false, py::arg("device") = -1, py::arg("stream") = 0, py::arg("shape") = 0,
-        py::arg("set") = 0, py::arg("members") = std::vector<int>{});
+        py::arg("set") = 0, py::arg("members") = std::vector<int>{}, py::arg("name") = std::string());
+  m.def("allgather_ptr", &allgather_ptr, py::arg("data"), py::arg("rows"), py::arg("row_elements"),
+        py::arg("dtype"), py::arg("check") = true, py::arg("keep") = py::none(), py::arg("set") = 0,
+        py::arg("members") = std::vector<int>{}, py::arg("name") = std::string(),
+        "Asynchronous allgather of rows from a raw pointer: a Handle giving (bytes, rows per rank)");
   m.def(
       "device_status",
       [] {

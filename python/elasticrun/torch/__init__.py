@@ -28,11 +28,12 @@ What differs from Horovod:
   path compiles and its refusals are tested, but it has not run on a GPU yet
   (scripts/gpu-check runs it). Contiguous tensors travel without a copy, non-contiguous
   ones are copied (in-place forms write the result back).
-- No negotiation: every rank issues the same collectives in the same order; ``name``
-  arguments are accepted and ignored. DistributedOptimizer's buckets are fixed at
-  construction, in reverse parameter order.
-- ``join()`` is a barrier every rank must reach; joined ranks do not stand in for
-  collectives the others still issue. It returns -1.
+- No negotiation round for unnamed collectives: every rank issues them in the same
+  order. Named ones (``name=``) may come in other orders: the ranks then negotiate by
+  name. DistributedOptimizer's buckets are fixed at construction, in reverse parameter
+  order.
+- ``join()`` is Horovod's, through the agreement each collective makes first (on by
+  default).
 - ``Adasum`` exists only to raise NotImplementedError, as does Horovod's timeline
   (start_timeline: use --events). Process sets (elasticrun.process_sets) are always
   dynamic and run on the host paths; sparse gradients go by allgather, as Horovod's.

@@ -55,7 +55,7 @@ def _size_rank(among):
     return (among.size, among.rank) if among else (_er.size(), _er.rank())
 
 
-def _reducescatter(tensor, op, pre, post, compression, async_, what, among=None):
+def _reducescatter(tensor, op, pre, post, compression, async_, what, among=None, name=None):
     """This rank's rows of `tensor` reduced over every rank (of the set; a Handle when
     async_). An uneven split is padded to the largest share (a copy); an even one is not
     copied."""
@@ -77,7 +77,7 @@ def _reducescatter(tensor, op, pre, post, compression, async_, what, among=None)
         src = padded
     out = src.new_empty((most,) + tuple(src.shape[1:]))
     h = ops._issue("reduce_scatter", src, out, out.numel(), ops._code(src, what), op, async_=async_,
-                   keep=(src, out), shape=tensor.shape, among=among)
+                   keep=(src, out), shape=tensor.shape, among=among, name=name)
     return ops._run(async_, h, lambda: ops._scaled(compression.decompress(out[:split[me]], cctx), post))
 
 
@@ -109,14 +109,15 @@ def reducescatter(tensor, name=None, compression=None, op=Average, process_set=g
     compression = compression or ops._none_compression()
     if tensor.requires_grad and torch.is_grad_enabled():
         return _ReducescatterFn.apply(tensor, op, prescale_factor, postscale_factor, compression, among)
-    return _reducescatter(tensor, op, prescale_factor, postscale_factor, compression, False, "reducescatter", among)
+    return _reducescatter(tensor, op, prescale_factor, postscale_factor, compression, False, "reducescatter", among,
+                          name)
 
 
 def reducescatter_async(tensor, name=None, op=Average, process_set=global_process_set, prescale_factor=1.0,
                         postscale_factor=1.0):
     """As reducescatter, asynchronously: a Handle whose synchronize() gives the rows."""
     return _reducescatter(tensor, ops._op_of(op, None), prescale_factor, postscale_factor, ops._none_compression(),
-                          True, "reducescatter_async", _among(process_set, "reducescatter_async"))
+                          True, "reducescatter_async", _among(process_set, "reducescatter_async"), name)
 
 
 def grouped_reducescatter(tensors, name=None, compression=None, op=Average, process_set=global_process_set,
@@ -158,7 +159,7 @@ def _splits_of(splits, n, rows, what):
     return splits
 
 
-def _alltoall(tensor, splits, async_, what, among=None):
+def _alltoall(tensor, splits, async_, what, among=None, name=None):
     """(rows received in rank order, rows received from each rank as int32), or a Handle
     giving them. One small allgather of every rank's splits and row size comes first
     (synchronous, also for the async form): a row size that differs is an error on every
@@ -176,7 +177,7 @@ def _alltoall(tensor, splits, async_, what, among=None):
         splits = [rows // n] * n
     mine = torch.tensor(_splits_of(splits, n, rows, what) + [row], dtype=torch.int64)
     every = torch.empty(n * (n + 1), dtype=torch.int64)  # every[i, j]: rows rank i sends rank j; [i, n]: row size
-    ops._issue("allgather", mine, every, n + 1, ops._CODES[torch.int64], among=among)
+    ops._issue("allgather", mine, every, n + 1, ops._CODES[torch.int64], among=among, name=name)
     every = every.view(n, n + 1)
     if bool((every[:, n] != row).any()):
         raise _er.ElasticrunError(f"{what}: the ranks' tensors differ beyond the first dimension: elements per row "
@@ -231,14 +232,14 @@ def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
     if tensor.requires_grad and torch.is_grad_enabled():
         out, recv = _AlltoallFn.apply(tensor, splits, among)
     else:
-        out, recv = _alltoall(tensor, splits, False, "alltoall", among)
+        out, recv = _alltoall(tensor, splits, False, "alltoall", among, name)
     return out if splits is None else (out, recv)
 
 
 def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set):
     """As alltoall, asynchronously: synchronize() gives ``(output, received_splits)``
     (with or without splits, as Horovod's)."""
-    return _alltoall(tensor, splits, True, "alltoall_async", _among(process_set, "alltoall_async"))
+    return _alltoall(tensor, splits, True, "alltoall_async", _among(process_set, "alltoall_async"), name)
 
 
 # ---- the other grouped forms -------------------------------------------------------------

@@ -20,11 +20,14 @@ applied with torch: before, on the current stream; after, on the stream that was
 when the collective was issued. The size and shape exchanges of allgather and alltoall
 travel in host memory.
 
-Unlike Horovod there is no negotiation by name: every rank must issue the same
-collectives in the same order (``name`` is accepted and ignored). Asynchronous ones run
-in issue order on the library's engine thread; a synchronous one waits for those issued
-before it. Calling a collective before ``init()`` raises ElasticrunError ("not
-initialised").
+Collectives run in the order each rank issues them, asynchronous ones on the library's
+engine thread, a synchronous one after those issued before it; every rank issues the
+same ones in the same order, with no negotiation round, unless they are named: when the
+ranks' next collectives differ and one is named (Horovod's ``name=``), the ranks
+negotiate and run first a named collective every rank has issued (a barrier counts as
+one), as Horovod matches by name. A name in flight cannot be issued again (ValueError).
+Unnamed collectives in different orders are an error on every rank. Calling a
+collective before ``init()`` raises ElasticrunError ("not initialised")."""
 """
 import math
 
@@ -151,7 +154,7 @@ def _scaled(t, factor):
     return t * factor
 
 
-def _integer_scaled(tensor, op, pre, post, inplace, async_, what, among=None):
+def _integer_scaled(tensor, op, pre, post, inplace, async_, what, among=None, name=None):
     """allreduce of an integer tensor with scale factors, as Horovod does it: the input
     scaled (_scaled), a Sum for Average whose postscale is divided by the ranks' number,
     the result scaled. Written into `tensor` when `inplace`."""
@@ -161,7 +164,7 @@ def _integer_scaled(tensor, op, pre, post, inplace, async_, what, among=None):
         op, post = Sum, post / (among.size if among else _er.size())
     out = torch.empty_like(src)
     h = _issue("allreduce", src, out, src.numel(), code, op, async_=async_, keep=(src, out), shape=tensor.shape,
-               among=among)
+               among=among, name=name)
 
     def finish():
         result = _scaled(out, post).view(tensor.shape)
@@ -187,14 +190,18 @@ def _fingerprint(shape):
 
 
 def _issue(kind, inp, out, count, code, op=Sum, root=0, pre=1.0, post=1.0, async_=False, keep=None, check=None,
-           shape=None, among=None):
+           shape=None, among=None, name=None):
     """One raw-pointer collective; the caller keeps the tensors alive (keep= for async).
     Returns the core's handle when async_ (something with poll() and wait(timeout)).
     With the agreement check on, `shape` (the caller's tensor shape) must agree too.
-    `among`: the process set's _Among (None: every rank); `root` is then a set rank."""
+    `among`: the process set's _Among (None: every rank); `root` is then a set rank.
+    `name`: Horovod's name (None: unnamed), which lets ranks issue it in other orders
+    and which no other pending collective may have (ValueError)."""
     kw = {"check": _shape_check() if check is None else check} if _HAS_CHECK else {}
     if shape is not None and kw.get("check"):
         kw["shape"] = _fingerprint(shape)
+    if name is not None:
+        kw["name"] = str(name)
     if among is not None:
         kw.update(among.kw)
         if out.is_cuda:
@@ -315,23 +322,23 @@ def synchronize(handle):
 
 # ---- allreduce ----------------------------------------------------------------------
 
-def _allreduce(tensor, op, pre, post, compression, async_, what, among=None):
+def _allreduce(tensor, op, pre, post, compression, async_, what, among=None, name=None):
     """Out of place: a new tensor (the input compressed, reduced, decompressed)."""
     code = _code(tensor, what)
     if (pre != 1.0 or post != 1.0) and not tensor.dtype.is_floating_point:
-        return _integer_scaled(tensor, op, pre, post, False, async_, what, among)
+        return _integer_scaled(tensor, op, pre, post, False, async_, what, among, name)
     src, cctx = compression.compress(tensor.detach())
     src = src.contiguous()
     out = torch.empty_like(src, memory_format=torch.contiguous_format)
     h = _issue("allreduce", src, out, src.numel(), _code(src, what) if src.dtype != tensor.dtype else code, op,
-               pre=pre, post=post, async_=async_, keep=(src, out), shape=tensor.shape, among=among)
+               pre=pre, post=post, async_=async_, keep=(src, out), shape=tensor.shape, among=among, name=name)
     return _run(async_, h, lambda: compression.decompress(out, cctx).view(tensor.shape))
 
 
-def _allreduce_inplace(tensor, op, pre, post, async_, what, among=None):
+def _allreduce_inplace(tensor, op, pre, post, async_, what, among=None, name=None):
     # The common case in few steps (an 8-byte allreduce_ is mostly this function's
     # cost): a contiguous CPU tensor without autograd history, no scaling, synchronous.
-    if not async_ and pre == 1.0 and post == 1.0 and among is None and type(tensor) is torch.Tensor \
+    if not async_ and pre == 1.0 and post == 1.0 and among is None and name is None and type(tensor) is torch.Tensor \
             and tensor.is_cpu and not tensor.requires_grad and tensor.is_contiguous():
         code = _CODES.get(tensor.dtype)
         if code is not None:
@@ -339,11 +346,11 @@ def _allreduce_inplace(tensor, op, pre, post, async_, what, among=None):
             return tensor
     code = _code(tensor, what)
     if (pre != 1.0 or post != 1.0) and not tensor.dtype.is_floating_point:
-        return _integer_scaled(tensor, op, pre, post, True, async_, what, among)
+        return _integer_scaled(tensor, op, pre, post, True, async_, what, among, name)
     t = tensor.detach()
     buf = t if t.is_contiguous() else t.contiguous()
     h = _issue("allreduce", buf, buf, buf.numel(), code, op, pre=pre, post=post, async_=async_, keep=buf,
-               shape=tensor.shape, among=among)
+               shape=tensor.shape, among=among, name=name)
 
     def finish():
         if buf is not t:
@@ -388,7 +395,7 @@ def allreduce(tensor, average=None, name=None, compression=None, op=None, presca
     among = _among(process_set, "allreduce")
     if tensor.requires_grad and torch.is_grad_enabled():
         return _AllreduceFn.apply(tensor, op, prescale_factor, postscale_factor, compression, among)
-    return _allreduce(tensor, op, prescale_factor, postscale_factor, compression, False, "allreduce", among)
+    return _allreduce(tensor, op, prescale_factor, postscale_factor, compression, False, "allreduce", among, name)
 
 
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
@@ -396,25 +403,25 @@ def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.
     """As allreduce, asynchronously: returns a Handle whose synchronize() gives the new
     tensor. `tensor` must not change until then."""
     return _allreduce(tensor, _op_of(op, average), prescale_factor, postscale_factor, _none_compression(), True,
-                      "allreduce_async", _among(process_set, "allreduce_async"))
+                      "allreduce_async", _among(process_set, "allreduce_async"), name)
 
 
 def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
                process_set=global_process_set):
     """As allreduce, in place: `tensor` receives the result and is returned."""
     if _fast_allreduce_ is not None and average is None and prescale_factor == 1.0 and postscale_factor == 1.0 \
-            and (op is None or type(op) is int) and process_set is global_process_set \
+            and (op is None or type(op) is int) and process_set is global_process_set and name is None \
             and _fast_allreduce_(tensor, Average if op is None else op):
         return tensor
     return _allreduce_inplace(tensor, _op_of(op, average), prescale_factor, postscale_factor, False, "allreduce_",
-                              _among(process_set, "allreduce_"))
+                              _among(process_set, "allreduce_"), name)
 
 
 def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
                      process_set=global_process_set):
     """As allreduce_, asynchronously: returns a Handle; synchronize() returns `tensor`."""
     return _allreduce_inplace(tensor, _op_of(op, average), prescale_factor, postscale_factor, True,
-                              "allreduce_async_", _among(process_set, "allreduce_async_"))
+                              "allreduce_async_", _among(process_set, "allreduce_async_"), name)
 
 
 def grouped_allreduce(tensors, average=None, name=None, compression=None, op=None, prescale_factor=1.0,
@@ -444,7 +451,7 @@ def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_facto
 
 # ---- broadcast ----------------------------------------------------------------------
 
-def _broadcast(tensor, root_rank, inplace, async_, what, among=None):
+def _broadcast(tensor, root_rank, inplace, async_, what, among=None, name=None):
     code = _code(tensor, what, bytewise=True)
     if not 0 <= root_rank < _er.size():
         raise ValueError(f"{what}: root rank {root_rank} is not a rank of this job (size {_er.size()})")
@@ -464,7 +471,7 @@ def _broadcast(tensor, root_rank, inplace, async_, what, among=None):
 
     wire = _wire(buf)
     h = _issue("broadcast", None, wire, wire.numel(), code, root=root, async_=async_, keep=buf,
-               shape=tensor.shape, among=among)
+               shape=tensor.shape, among=among, name=name)
     return _run(async_, h, finish)
 
 
@@ -493,27 +500,29 @@ def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
     among = _among(process_set, "broadcast")
     if tensor.requires_grad and torch.is_grad_enabled():
         return _BroadcastFn.apply(tensor, root_rank, among)
-    return _broadcast(tensor, root_rank, False, False, "broadcast", among)
+    return _broadcast(tensor, root_rank, False, False, "broadcast", among, name)
 
 
 def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
     """Overwrites `tensor` with root_rank's, in place; returns it."""
-    return _broadcast(tensor, root_rank, True, False, "broadcast_", _among(process_set, "broadcast_"))
+    return _broadcast(tensor, root_rank, True, False, "broadcast_", _among(process_set, "broadcast_"), name)
 
 
 def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set):
     """As broadcast, asynchronously: a Handle whose synchronize() gives the new tensor."""
-    return _broadcast(tensor, root_rank, False, True, "broadcast_async", _among(process_set, "broadcast_async"))
+    return _broadcast(tensor, root_rank, False, True, "broadcast_async", _among(process_set, "broadcast_async"),
+                      name)
 
 
 def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_set):
     """As broadcast_, asynchronously: a Handle whose synchronize() returns `tensor`."""
-    return _broadcast(tensor, root_rank, True, True, "broadcast_async_", _among(process_set, "broadcast_async_"))
+    return _broadcast(tensor, root_rank, True, True, "broadcast_async_", _among(process_set, "broadcast_async_"),
+                      name)
 
 
 # ---- allgather ----------------------------------------------------------------------
 
-def _allgather(tensor, async_, what, among=None):
+def _allgather(tensor, async_, what, among=None, name=None):
     # The ranks first exchange (rows, elements per row, type) in one small allgather, so
     # that a disagreement is an error on every rank, not a hang; equal shares are then
     # gathered straight into the result, unequal ones padded to the largest share (a
@@ -524,9 +533,19 @@ def _allgather(tensor, async_, what, among=None):
     t = _wire((t.reshape(1) if t.dim() == 0 else t).contiguous())
     n = among.size if among else _er.size()
     rows, row = t.shape[0], math.prod(t.shape[1:])
+    if async_ and not t.is_cuda:  # one task, queued: nothing waits before synchronize()
+        h = _core.allgather_ptr(t.data_ptr(), rows, row, code, check=_shape_check(), keep=t,
+                                **(among.kw if among else {}), **({"name": str(name)} if name is not None else {}))
+
+        def finish():
+            data, counts = h.wait()
+            out = torch.from_numpy(data).view(t.dtype).reshape((sum(counts),) + tuple(t.shape[1:]))
+            return _unwire(out, dtype)
+
+        return Handle(h, finish)
     meta = torch.tensor([rows, row, code], dtype=torch.int64)
     every = torch.empty(3 * n, dtype=torch.int64)
-    _issue("allgather", meta, every, 3, _core.DTYPES["i64"], among=among)  # agreed first: join() refuses it
+    _issue("allgather", meta, every, 3, _core.DTYPES["i64"], among=among, name=name)  # agreed first (join)
     every = every.view(n, 3)
     if bool((every[:, 1] != row).any()) or bool((every[:, 2] != code).any()):
         raise _er.ElasticrunError(f"{what}: the ranks' tensors differ beyond the first dimension: "
@@ -575,12 +594,13 @@ def allgather(tensor, name=None, process_set=global_process_set):
     among = _among(process_set, "allgather")
     if tensor.requires_grad and torch.is_grad_enabled() and tensor.dim() > 0:
         return _AllgatherFn.apply(tensor, among)
-    return _allgather(tensor, False, "allgather", among)
+    return _allgather(tensor, False, "allgather", among, name)
 
 
 def allgather_async(tensor, name=None, process_set=global_process_set):
-    """As allgather, asynchronously: a Handle whose synchronize() gives the new tensor."""
-    return _allgather(tensor, True, "allgather_async", _among(process_set, "allgather_async"))
+    """As allgather, asynchronously: a Handle whose synchronize() gives the new tensor
+    (gathered into memory of the library's, then viewed as a tensor without a copy)."""
+    return _allgather(tensor, True, "allgather_async", _among(process_set, "allgather_async"), name)
 
 
 # ---- barrier and join -----------------------------------------------------------------

@@ -342,6 +342,55 @@ def mode_join():
           f"DistributedOptimizer over uneven data with join(): rank {r}'s weights after {len(batches[r])} steps")
 
 
+def mode_names():
+    """Named collectives: issued in different orders on different ranks they still meet
+    by name (a negotiation); a name that is pending cannot be issued again (ValueError);
+    a handle dropped before completion does not hold its rank up; unnamed collectives in
+    different orders are still an error on every rank, at once."""
+    import time
+    r, n = hvd.rank(), hvd.size()
+    x = torch.arange(5.0) + r
+    total = sum(torch.arange(5.0) + q for q in range(n))
+    names = ["a", "b", "c"] if r % 2 == 0 else ["c", "a", "b"]  # odd ranks issue them in another order
+    handles = {k: hvd.allreduce_async(x * (ord(k) - 96), name=k, op=hvd.Sum) for k in names}
+    for k in names:
+        check(torch.equal(hvd.synchronize(handles[k]), total * (ord(k) - 96)), f"named allreduce {k} out of order")
+    # Horovod's pattern: rank 0 issues a named collective, then a barrier; the others the
+    # barrier first. Rank 0's handle is dropped, and its second issue of the name refused.
+    if r == 0:
+        hvd.broadcast_async(torch.ones(3), 0, name="late")
+        raises(ValueError, lambda: hvd.broadcast_async(torch.ones(3), 0, name="late"), "a pending name issued "
+               "again", "in flight already")
+    hvd.barrier()
+    if r > 0:
+        got = hvd.broadcast(torch.zeros(3), 0, name="late")
+        check(torch.equal(got, torch.ones(3)), f"the named broadcast after the barrier: {got}")
+    hvd.barrier()
+    # a name stays pending while another rank has not issued it: deterministic here
+    if r == 0:
+        h = hvd.allgather_async(torch.ones(2), name="slow")
+        raises(ValueError, lambda: hvd.allreduce_async(torch.ones(2), name="slow"), "the same name on another "
+               "kind of collective", "in flight already")
+        check(not h.poll(), "the named allgather waits for the others")
+        got = hvd.synchronize(h)
+    else:
+        time.sleep(0.5)
+        got = hvd.allgather(torch.ones(2), name="slow")
+    check(torch.equal(got, torch.ones(2 * n)), f"the named allgather: {got}")
+    # the name is free again once done
+    check(torch.equal(hvd.allreduce(torch.ones(1), name="slow", op=hvd.Sum), torch.full((1,), float(n))),
+          "a name reused after its collective completed")
+    # unnamed collectives in different orders: an error on every rank, not a wait
+    start = time.monotonic()
+    if r == 0:
+        raises(hvd.ElasticrunError, lambda: hvd.allreduce(torch.ones(2)), "unnamed allreduce against a barrier",
+               "issue different collectives")
+    else:
+        raises(hvd.ElasticrunError, hvd.barrier, "unnamed barrier against an allreduce", "issue different collectives")
+    check(time.monotonic() - start < 5, "the unnamed disagreement was reported at once")
+    check(torch.equal(hvd.allreduce(torch.ones(1), op=hvd.Sum), torch.full((1,), float(n))), "the job goes on")
+
+
 def main():
     mode = sys.argv[1]
     if mode == "api":
