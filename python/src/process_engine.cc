@@ -1,6 +1,10 @@
 #include "process_engine.h"
 
+#include "api/context_internal.h"
+#include "control/abort_signal.h"
+
 #include <atomic>
+#include <cstdlib>
 #include <memory>
 
 namespace elasticrun::python {
@@ -25,9 +29,32 @@ std::atomic<bool>& shape_check_flag() {
 
 }  // namespace
 
+// At exit(), for a program that ended without shutdown(), maybe with a collective still
+// running or queued (an exception that ended the interpreter while others waited):
+// registered after the library's default context was made, so it runs before that
+// context is destroyed. It raises the epoch's abort signal, so that what runs or is
+// queued fails at once instead of waiting for peers (or running on a context being
+// torn down, which crashed the process), lets the engine's thread end, and leaves the
+// job as shutdown() does.
+void at_exit() {
+  auto& e = engine_slot();
+  if (!e) return;
+  try {
+    if (auto client = ContextInternals::client(elasticrun::context()))
+      client->abort_signal()->raise(collective::AbortSignal::Kind::shutdown, "the process is exiting");
+  } catch (...) {
+    // No context: nothing can be running.
+  }
+  e.reset();
+  device_slot().reset();
+  elasticrun::shutdown();
+}
+
 void start_process_engine() {
   if (engine_slot()) return;
   elasticrun::init();
+  static const bool registered = std::atexit(at_exit) == 0;
+  (void)registered;
   engine_slot() = std::make_unique<Engine>(elasticrun::context());
 }
 

@@ -27,7 +27,7 @@ ranks' next collectives differ and one is named (Horovod's ``name=``), the ranks
 negotiate and run first a named collective every rank has issued (a barrier counts as
 one), as Horovod matches by name. A name in flight cannot be issued again (ValueError).
 Unnamed collectives in different orders are an error on every rank. Calling a
-collective before ``init()`` raises ElasticrunError ("not initialised")."""
+collective before ``init()`` raises ElasticrunError ("not initialised").
 """
 import math
 
