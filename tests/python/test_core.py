@@ -25,3 +25,28 @@ def test_mode(job, layout, mode):
     counts = [int(n) for n in re.findall(rf"core_checks {mode}: OK (\d+) checks", r.stdout)]
     assert len(counts) == args[1], r.stdout[-3000:]
     assert min(counts) >= MODES[mode], counts
+
+
+EXIT_WORKER = """
+import time
+import numpy
+import elasticrun as er
+er.init()
+if er.rank() == 0:
+    x = numpy.ones(100000, dtype=numpy.float32)
+    h = er.allreduce_async(x, out=x)  # the other rank never issues it: it waits when the program ends
+    raise RuntimeError("rank 0 gives up with a collective pending")
+time.sleep(3)
+"""
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_a_program_that_ends_with_a_collective_pending_exits_with_its_code(job, tmp_path, layout):
+    """Rank 0 raises while its async allreduce waits for a rank that never issues it, and
+    never calls shutdown(): it must end with Python's exit code 1, not crash (the engine's
+    thread kept waiting while the library's context was torn down: SIGSEGV)."""
+    script = tmp_path / "exit.py"
+    script.write_text(EXIT_WORKER)
+    r = run_python(job, LAYOUTS[layout], script, timeout=60)
+    assert "rank 0 (host" in r.stderr and "exited with code 1" in r.stderr, r.stderr[-3000:]
+    assert "signal" not in r.stderr and "Segmentation" not in r.stderr, r.stderr[-3000:]
