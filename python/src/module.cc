@@ -6,6 +6,7 @@
 #include "buffers.h"
 #include "checkpoints.h"
 #include "engine.h"
+#include "issue.h"
 #include "process_engine.h"
 
 #include <elasticrun/device.hpp>
@@ -44,119 +45,11 @@ void do_init() {
   start_process_engine();
 }
 
-void sweep_orphans(bool all);
-
 void do_shutdown() {
   flush_checkpoints();
   sweep_orphans(true);
   py::gil_scoped_release nogil;
   stop_process_engine();
-}
-
-// A pending collective. Holds the buffers it reads and writes until it is done: a handle
-// dropped early waits for its collective rather than free memory still in use.
-class Handle {
- public:
-  Handle(std::shared_ptr<Completion> c, py::object keep, std::shared_ptr<void> views,
-         std::function<py::object()> result)
-      : completion_(std::move(c)), keep_(std::move(keep)), views_(std::move(views)), result_(std::move(result)) {}
-  // A handle dropped before its collective completed does not wait for it (a rank that
-  // drops one and goes on to a collective the others issued first would wait forever):
-  // its buffers go to the orphans, released once the collective is done.
-  ~Handle() {
-    if (completion_ && !completion_->done()) orphans().push_back({completion_, std::move(keep_), std::move(views_)});
-  }
-
-  struct Orphan {
-    std::shared_ptr<Completion> completion;
-    py::object keep;
-    std::shared_ptr<void> views;
-  };
-  // Held with the GIL; swept (sweep_orphans) at every issue and at shutdown.
-  static std::vector<Orphan>& orphans() {
-    static auto* o = new std::vector<Orphan>;  // never destroyed: no Python objects freed at exit
-    return *o;
-  }
-  Handle(const Handle&) = delete;
-  Handle& operator=(const Handle&) = delete;
-
-  bool poll() const { return completion_->done(); }
-
-  // Waits with the GIL released, in slices, so that Ctrl-C (a KeyboardInterrupt) ends
-  // the wait; `timeout` in seconds, none for no limit. Returns the result.
-  py::object wait(std::optional<double> timeout) {
-    auto deadline = timeout ? std::chrono::steady_clock::now() +
-                                  std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                                      std::chrono::duration<double>(*timeout))
-                            : std::chrono::steady_clock::time_point::max();
-    for (;;) {
-      bool done;
-      {
-        py::gil_scoped_release nogil;
-        done = completion_->wait_for(std::chrono::milliseconds(50));
-      }
-      if (done) break;
-      if (PyErr_CheckSignals() != 0) throw py::error_already_set();
-      if (std::chrono::steady_clock::now() >= deadline)
-        throw TimeoutError("wait: the collective did not complete within the timeout");
-    }
-    views_.reset();
-    keep_ = py::none();
-    return result_();
-  }
-
- private:
-  std::shared_ptr<Completion> completion_;
-  py::object keep_;
-  std::shared_ptr<void> views_;  // buffer views: released with the GIL held, here
-  std::function<py::object()> result_;
-};
-
-// The result of a collective whose output exists before it runs.
-std::function<py::object()> yields(py::object o) {
-  return [o = std::move(o)] { return o; };
-}
-
-// Releases the buffers of dropped handles whose collectives are done; with `all`, waits
-// (GIL released) for the others first. GIL held.
-void sweep_orphans(bool all) {
-  auto& o = Handle::orphans();
-  if (o.empty()) return;
-  if (all) {
-    for (auto& h : o) {
-      py::gil_scoped_release nogil;
-      try {
-        while (!h.completion->wait_for(std::chrono::hours(1))) {
-        }
-      } catch (...) {
-        // Its error belonged to whoever would have waited.
-      }
-    }
-  }
-  o.erase(std::remove_if(o.begin(), o.end(), [](const Handle::Orphan& h) { return h.completion->done(); }), o.end());
-}
-
-// Runs `task` synchronously (GIL released) and returns result(), or queues it and
-// returns a Handle that keeps `keep` and `views` alive and yields result(). Tasks capture
-// raw pointers only: a task may be destroyed on the engine's thread, without the GIL,
-// where releasing a buffer view (PyBuffer_Release) must not happen.
-py::object issue(Task task, bool async, py::object keep, std::function<py::object()> result,
-                 std::shared_ptr<void> views = {}, const Named& named = {}) {
-  Engine& e = engine();
-  sweep_orphans(false);
-  if (!async) {
-    {
-      py::gil_scoped_release nogil;
-      e.run(task, named);
-    }
-    return result();
-  }
-  std::shared_ptr<Completion> c;
-  {
-    py::gil_scoped_release nogil;
-    c = e.submit(std::move(task), named);
-  }
-  return py::cast(std::make_unique<Handle>(std::move(c), std::move(keep), std::move(views), std::move(result)));
 }
 
 py::array new_array(DataType t, const std::vector<py::ssize_t>& shape) {
