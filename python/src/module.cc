@@ -97,6 +97,54 @@ struct Gathered {
   std::vector<std::int64_t> rows;
 };
 
+// Gives `r` the key of `name` (none for an empty name, or on a process set, whose
+// collectives go by order) and returns how the engine queues it: the name held while
+// the collective is in flight.
+Named named_request(Request& r, const std::string& name) {
+  Named named;
+  if (name.empty() || r.set != 0) return named;
+  r.key = named.key = name_key(name);
+  named.unique = true;
+  named.name = name;
+  return named;
+}
+
+// A task that gathers every rank's rows (of `per_row` elements of `type`, from `data`)
+// into `got`: first every rank's (rows, elements per row, type), by `exchange` (an
+// allgather request whose buffers and count are filled in here: give it the check, the
+// process set and the name), then the rows. Rows that differ beyond the first dimension
+// are an Error on every rank.
+Task gather_rows(const void* data, std::int64_t rows, std::int64_t per_row, DataType type, Request exchange,
+                 std::shared_ptr<Gathered> got) {
+  exchange.kind = Request::Kind::allgather;
+  exchange.count = 3;
+  exchange.type = DataType::i64;
+  return [=](Context& ctx) mutable {
+    Communicator& comm = communicator(ctx, exchange.set, exchange.members);
+    const int n = comm.size();
+    std::int64_t mine[3] = {rows, per_row, static_cast<std::int64_t>(type)};
+    std::vector<std::int64_t> all(3 * static_cast<std::size_t>(n));
+    exchange.in = mine;
+    exchange.out = all.data();
+    execute(ctx, exchange);
+    std::vector<std::size_t> counts(n);
+    got->rows.clear();
+    for (int q = 0; q < n; ++q) {
+      const std::int64_t* m = &all[3 * q];
+      if (m[1] != per_row || m[2] != mine[2])
+        throw Error(fmt::format("allgather: the ranks' tensors differ beyond the first dimension: rank {} has {} {} "
+                                "elements per row, rank {} has {} {}",
+                                comm.rank(), per_row, name_of(type), q, m[1], name_of(static_cast<DataType>(m[2]))));
+      got->rows.push_back(m[0]);
+      counts[q] = static_cast<std::size_t>(m[0] * per_row);
+    }
+    std::size_t total = 0;
+    for (auto c : counts) total += c;
+    got->bytes.resize(total * size_of(type));
+    comm.allgatherv(data, got->bytes.data(), counts, type);
+  };
+}
+
 py::object allgather(py::object x, bool async) {
   auto in = std::make_shared<View>(view_of(x, false, "allgather"));
   auto shape = in->shape();
@@ -104,27 +152,7 @@ py::object allgather(py::object x, bool async) {
   const std::int64_t per_row = static_cast<std::int64_t>(in->row_elements());
   auto got = std::make_shared<Gathered>();
   const DataType type = in->type;
-  const void* data = in->data();
-  Task task = [data, type, got, rows, per_row](Context& ctx) {
-    Communicator& comm = ctx.comm();
-    const int n = comm.size();
-    std::int64_t mine[3] = {rows, per_row, static_cast<std::int64_t>(type)};
-    std::vector<std::int64_t> all(3 * static_cast<std::size_t>(n));
-    comm.allgather(mine, all.data(), 3, DataType::i64);
-    std::vector<std::size_t> counts(n);
-    for (int r = 0; r < n; ++r) {
-      const std::int64_t* m = &all[3 * r];
-      if (m[1] != per_row || m[2] != mine[2])
-        throw Error(fmt::format("allgather: rank {} has {} {} elements per row, rank {} has {} {}", comm.rank(),
-                                per_row, name_of(type), r, m[1], name_of(static_cast<DataType>(m[2]))));
-      got->rows.push_back(m[0]);
-      counts[r] = static_cast<std::size_t>(m[0] * per_row);
-    }
-    std::size_t total = 0;
-    for (auto c : counts) total += c;
-    got->bytes.resize(total * size_of(type));
-    comm.allgatherv(data, got->bytes.data(), counts, type);
-  };
+  Task task = gather_rows(in->data(), rows, per_row, type, Request{}, got);
   // The output's size is known only after the exchange: the gathered bytes become a
   // numpy array when the result is asked for.
   auto to_array = [type, got, shape]() -> py::object {
@@ -177,44 +205,15 @@ py::object alltoall(py::object x, py::object out, bool async) {
 py::object allgather_ptr(std::uintptr_t data, std::int64_t rows, std::int64_t row_elements, int type, bool check,
                          py::object keep, int set, std::vector<int> members, const std::string& name) {
   if (type < 0 || type > static_cast<int>(DataType::i64)) throw py::value_error("unknown element type code");
-  const DataType t = static_cast<DataType>(type);
+  Request exchange;
+  exchange.check = check;
+  exchange.set = set;
+  exchange.members = std::move(members);
+  exchange.reorderable = true;
+  const Named named = named_request(exchange, name);
   auto got = std::make_shared<Gathered>();
-  auto meta = std::make_shared<std::array<std::int64_t, 3>>(std::array<std::int64_t, 3>{rows, row_elements, type});
-  auto every = std::make_shared<std::vector<std::int64_t>>();
-  Request r{Request::Kind::allgather, meta->data(), nullptr, 3, DataType::i64};
-  r.check = check;
-  r.set = set;
-  r.members = std::move(members);
-  r.reorderable = true;
-  Named named;
-  if (!name.empty() && set == 0) {
-    r.key = named.key = name_key(name);
-    named.unique = true;
-    named.name = name;
-  }
-  const void* in = reinterpret_cast<const void*>(data);
-  Task task = [r, in, t, got, meta, every](Context& ctx) mutable {
-    Communicator& comm = communicator(ctx, r.set, r.members);
-    const int n = comm.size();
-    every->assign(3 * static_cast<std::size_t>(n), 0);
-    r.out = every->data();
-    execute(ctx, r);
-    std::vector<std::size_t> counts(n);
-    const std::int64_t* mine = meta->data();
-    for (int q = 0; q < n; ++q) {
-      const std::int64_t* m = &(*every)[3 * q];
-      if (m[1] != mine[1] || m[2] != mine[2])
-        throw Error(fmt::format("allgather: the ranks' tensors differ beyond the first dimension: rank {} has {} {} "
-                                "elements per row, rank {} has {} {}",
-                                comm.rank(), mine[1], name_of(t), q, m[1], name_of(static_cast<DataType>(m[2]))));
-      got->rows.push_back(m[0]);
-      counts[q] = static_cast<std::size_t>(m[0] * mine[1]);
-    }
-    std::size_t total = 0;
-    for (auto c : counts) total += c;
-    got->bytes.resize(total * size_of(t));
-    comm.allgatherv(in, got->bytes.data(), counts, t);
-  };
+  Task task = gather_rows(reinterpret_cast<const void*>(data), rows, row_elements, static_cast<DataType>(type),
+                          std::move(exchange), got);
   auto cache = std::make_shared<py::object>();  // the result, made once (wait() may be called again)
   auto result = [got, cache]() -> py::object {
     if (!*cache) {
@@ -254,12 +253,7 @@ py::object ptr_collective(const std::string& kind, std::uintptr_t in, std::uintp
   r.set = set;
   r.members = std::move(members);
   r.reorderable = true;
-  Named named;
-  if (!name.empty() && set == 0) {  // a process set's collectives go by order
-    r.key = named.key = name_key(name);
-    named.unique = true;
-    named.name = name;
-  }
+  const Named named = named_request(r, name);
   return issue([r](Context& ctx) { execute(ctx, r); }, async, keep, yields(py::none()), {}, named);
 }
 
