@@ -56,10 +56,25 @@ def _hosts_updated_anywhere():
     return bool(flag[0])
 
 
+class _HostNotices:
+    """Horovod's ``State._host_messages`` (its queue of the driver's host-change notices),
+    as far as a script reads it: empty() is False once the launcher announced a membership
+    change to this worker, until the worker re-joins. Horovod's own elastic test program
+    waits on it for the change its discovery schedule makes."""
+
+    def empty(self):
+        return not _core.hosts_updated()
+
+    def qsize(self):
+        return 0 if self.empty() else 1
+
+
 class State:
     """Base of elastic states: subclasses implement save, restore and sync."""
 
     def __init__(self):
+        self._host_messages = _HostNotices()
+        self._last_updated_timestamp = 0  # Horovod's name; the notices need no timestamps here
         self._reset_callbacks = []
         self._at_commit = False
         self._holds_state = False  # took part in a sync: holds the job's state
