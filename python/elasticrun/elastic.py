@@ -69,8 +69,20 @@ class _HostNotices:
         return 0 if self.empty() else 1
 
 
+class _CommitCount:
+    """State.commits, read-only: the library's count of commits (the durable checkpoints'
+    numbering; a sync gives every rank rank 0's). A non-data descriptor, so that a script
+    whose state has an attribute of its own named ``commits`` keeps it untouched: Horovod's
+    State has no such count, and its own elastic test program keeps one of its own."""
+
+    def __get__(self, state, owner=None):
+        return self if state is None else state._commits
+
+
 class State:
     """Base of elastic states: subclasses implement save, restore and sync."""
+
+    commits = _CommitCount()
 
     def __init__(self):
         self._host_messages = _HostNotices()
@@ -78,7 +90,7 @@ class State:
         self._reset_callbacks = []
         self._at_commit = False
         self._holds_state = False  # took part in a sync: holds the job's state
-        self.commits = 0
+        self._commits = 0
 
     def register_reset_callbacks(self, callbacks):
         """Functions called after every re-join, before the state is synced (Horovod's
@@ -95,9 +107,9 @@ class State:
         (a peer died at this step), after the snapshot, so the commit stands either way
         (`commits` has counted it) and restore() returns to it."""
         self.save()
-        self.commits += 1
-        if _core.checkpoint_due(self.commits):
-            _core.checkpoint_save(self.commits, _er._pickler.dumps(self._durable(), protocol=pickle.HIGHEST_PROTOCOL))
+        self._commits += 1
+        if _core.checkpoint_due(self._commits):
+            _core.checkpoint_save(self._commits, _er._pickler.dumps(self._durable(), protocol=pickle.HIGHEST_PROTOCOL))
         self.check_host_updates()
 
     def check_host_updates(self):
@@ -105,7 +117,7 @@ class State:
         announced a membership change to any of them."""
         if _hosts_updated_anywhere():
             self._at_commit = True
-            raise HostsUpdatedInterrupt("hosts updated: re-joining at commit %d" % self.commits)
+            raise HostsUpdatedInterrupt("hosts updated: re-joining at commit %d" % self._commits)
 
     def save(self):
         raise NotImplementedError
@@ -138,7 +150,7 @@ class State:
                 loaded = _core.checkpoint_load()
                 if loaded is not None:
                     self._load_durable(pickle.loads(loaded[1]))
-                    self.commits = loaded[0]
+                    self._commits = loaded[0]
             except Exception as e:  # noqa: BLE001 - reported on every rank below
                 error = "%s: %s" % (type(e).__name__, e)
         failed = numpy.array([1 if error else 0], dtype=numpy.int64)
@@ -152,7 +164,7 @@ class State:
         item has arrived (a sync that failed part-way leaves this rank's own count beside
         its own restored state), and the driver told that this worker holds the job's state
         (only from now on may it be rank 0 of a later epoch: the holder rule)."""
-        self.commits = commits
+        self._commits = commits
         self._holds_state = True
         _core.state_synced(commits)
 
@@ -199,7 +211,7 @@ class ObjectState(State):
     def _sync_objects(self):
         """Broadcasts rank 0's committed attributes and commit count, puts the attributes
         in place and returns the count."""
-        commits, self._saved_state = self._bcast_object((self.commits, self._saved_state))
+        commits, self._saved_state = self._bcast_object((self._commits, self._saved_state))
         # This class's restore, not a subclass's: TorchState.restore would also put back
         # its handlers' old snapshots over what their own sync just received.
         ObjectState.restore(self)

@@ -20,7 +20,7 @@ def main():
     # Every rank's object broadcast fails (a peer died in it): the run loop restores this
     # rank's own commit, so the count must stay this rank's own.
     s = elastic.ObjectState(bcast_object=failing_broadcast, x=np.full(4, r))
-    s.commits = own
+    s._commits = own  # the library's count, as if this rank had committed that often
     try:
         s.sync()
         check(False, "a sync whose broadcast failed raised nothing")
@@ -31,7 +31,7 @@ def main():
     check((s.x == r).all(), f"x after a failed sync and restore: {s.x}")
     # A sync that completes gives every rank rank 0's state and commit count.
     s = elastic.ObjectState(x=np.full(4, r))
-    s.commits = own
+    s._commits = own  # the library's count, as if this rank had committed that often
     s.sync()
     check(s.commits == 7, f"commits after a sync: {s.commits}, want rank 0's 7")
     check((s.x == 0).all(), f"x after a sync: {s.x}")
