@@ -342,7 +342,9 @@ Engine::~Engine() {
 }
 
 void Engine::check_unique(const Named& n) const {
-  if (n.unique && n.key && in_flight_.count(n.key))
+  if (!n.unique || !n.key) return;
+  auto held = held_.find(n.key);
+  if (in_flight_.count(n.key) || (held != held_.end() && held->second > std::chrono::steady_clock::now()))
     throw DuplicateName("a collective named '" + n.name +
                         "' is in flight already: names of pending collectives must be unique");
 }
@@ -353,10 +355,20 @@ std::shared_ptr<Completion> Engine::submit(Task t, const Named& named) {
     std::lock_guard lock(mu_);
     check_unique(named);
     if (named.unique && named.key) in_flight_.insert(named.key);
-    queue_.push_back({std::move(t), c, named});
+    queue_.push_back({std::move(t), c, named, std::chrono::steady_clock::now()});
   }
   cv_.notify_one();
   return c;
+}
+
+void Engine::release(std::uint64_t key) {
+  std::lock_guard lock(mu_);
+  held_.erase(key);
+}
+
+bool Engine::drain_until(std::chrono::steady_clock::time_point deadline) {
+  std::unique_lock lock(mu_);
+  return idle_cv_.wait_until(lock, deadline, [this] { return queue_.empty() && !busy_; });
 }
 
 std::vector<std::uint64_t> Engine::pending_keys() {
@@ -466,7 +478,12 @@ void Engine::loop() {
         continue;
       }
     }
-    if (q.named.unique && q.named.key) in_flight_.erase(in_flight_.find(q.named.key));
+    if (q.named.unique && q.named.key) {
+      in_flight_.erase(in_flight_.find(q.named.key));
+      const auto now = std::chrono::steady_clock::now();
+      std::erase_if(held_, [now](const auto& h) { return h.second <= now; });
+      if (now < q.issued + kNameHold) held_[q.named.key] = q.issued + kNameHold;
+    }
     lock.unlock();
     q.completion->finish(error);
     lock.lock();

@@ -12,7 +12,11 @@
 // ranks, as Horovod allows: when the ranks' next collectives differ and one of them is
 // named, the ranks negotiate (see negotiate() in engine.cc) and run first a named
 // collective that every rank has issued; the others keep their places. A name that is
-// in flight cannot be issued again (DuplicateName, Horovod's ValueError).
+// in flight cannot be issued again (DuplicateName, Horovod's ValueError). A queued one
+// stays in flight for at least kNameHold after its issue unless its handle is
+// synchronized: in Horovod a collective completes at the earliest in its background
+// loop's next cycle, so a name issued twice in a row is a duplicate on every rank, also
+// on the last rank to issue it, whose first collective could otherwise complete at once.
 //
 // No Python object is touched here: the bindings keep the buffers alive and convert the
 // errors. Waits never hold the GIL (the bindings release it around every call here).
@@ -26,6 +30,7 @@
 #include <deque>
 #include <exception>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -148,6 +153,8 @@ struct Named {
   std::string name;  // for the DuplicateName message
 };
 
+inline constexpr std::chrono::milliseconds kNameHold{5};
+
 class Engine {
  public:
   explicit Engine(Context& ctx);
@@ -168,12 +175,17 @@ class Engine {
   void drain();
   // The keys of the running task and the queued ones, in the order they run (0s left out).
   std::vector<std::uint64_t> pending_keys();
+  // The queued collective of `key` was synchronized: its name is free now (see kNameHold).
+  void release(std::uint64_t key);
+  // Waits until nothing is queued or running, up to `deadline`; true if so.
+  bool drain_until(std::chrono::steady_clock::time_point deadline);
 
  private:
   struct Queued {
     Task task;
     std::shared_ptr<Completion> completion;
     Named named;
+    std::chrono::steady_clock::time_point issued;
   };
   void loop();
   // Runs the task on this thread; its error, if any. A negotiation that chose another
@@ -192,6 +204,8 @@ class Engine {
   bool busy_ = false;  // a task is running, on the thread or inline
   std::uint64_t running_key_ = 0;
   std::multiset<std::uint64_t> in_flight_;  // unique names queued or running
+  // Unique names of completed collectives, held until their time (kNameHold).
+  std::map<std::uint64_t, std::chrono::steady_clock::time_point> held_;
   bool stop_ = false;
   std::thread thread_;
 };

@@ -8,8 +8,28 @@
 namespace elasticrun::python {
 
 Handle::Handle(std::shared_ptr<Completion> c, py::object keep, std::shared_ptr<void> views,
-               std::function<py::object()> result)
-    : completion_(std::move(c)), keep_(std::move(keep)), views_(std::move(views)), result_(std::move(result)) {}
+               std::function<py::object()> result, std::uint64_t name_key)
+    : completion_(std::move(c)),
+      keep_(std::move(keep)),
+      views_(std::move(views)),
+      result_(std::move(result)),
+      name_key_(name_key) {}
+
+namespace {
+
+// The handle's collective is done and the caller has seen it: its name is free.
+void release_name(std::uint64_t& key) {
+  if (key && process_engine_started()) process_engine().release(key);
+  key = 0;
+}
+
+}  // namespace
+
+bool Handle::poll() const {
+  if (!completion_->done()) return false;
+  release_name(name_key_);
+  return true;
+}
 
 Handle::~Handle() {
   if (completion_ && !completion_->done()) orphans().push_back({completion_, std::move(keep_), std::move(views_)});
@@ -36,6 +56,7 @@ py::object Handle::wait(std::optional<double> timeout) {
     if (std::chrono::steady_clock::now() >= deadline)
       throw TimeoutError("wait: the collective did not complete within the timeout");
   }
+  release_name(name_key_);
   views_.reset();
   keep_ = py::none();
   return result_();
@@ -45,27 +66,26 @@ std::function<py::object()> yields(py::object o) {
   return [o = std::move(o)] { return o; };
 }
 
-void sweep_orphans(bool all) {
+bool sweep_orphans(std::chrono::steady_clock::time_point wait_until) {
   auto& o = Handle::orphans();
-  if (o.empty()) return;
-  if (all) {
-    for (auto& h : o) {
-      py::gil_scoped_release nogil;
-      try {
-        while (!h.completion->wait_for(std::chrono::hours(1))) {
-        }
-      } catch (...) {
-        // Its error belonged to whoever would have waited.
-      }
+  for (auto& h : o) {
+    py::gil_scoped_release nogil;
+    try {
+      auto left = wait_until - std::chrono::steady_clock::now();
+      if (left > decltype(left)::zero())
+        h.completion->wait_for(std::chrono::ceil<std::chrono::milliseconds>(std::min<decltype(left)>(left, std::chrono::hours(24))));
+    } catch (...) {
+      // Its error belonged to whoever would have waited.
     }
   }
   o.erase(std::remove_if(o.begin(), o.end(), [](const Handle::Orphan& h) { return h.completion->done(); }), o.end());
+  return o.empty();
 }
 
 py::object issue(Task task, bool async, py::object keep, std::function<py::object()> result,
                  std::shared_ptr<void> views, const Named& named) {
   Engine& e = process_engine();
-  sweep_orphans(false);
+  sweep_orphans();
   if (!async) {
     {
       py::gil_scoped_release nogil;
@@ -78,7 +98,8 @@ py::object issue(Task task, bool async, py::object keep, std::function<py::objec
     py::gil_scoped_release nogil;
     c = e.submit(std::move(task), named);
   }
-  return py::cast(std::make_unique<Handle>(std::move(c), std::move(keep), std::move(views), std::move(result)));
+  return py::cast(std::make_unique<Handle>(std::move(c), std::move(keep), std::move(views), std::move(result),
+                                          named.unique ? named.key : 0));
 }
 
 }  // namespace elasticrun::python

@@ -9,6 +9,7 @@
 #include "issue.h"
 #include "process_engine.h"
 
+#include <common/log.h>
 #include <elasticrun/device.hpp>
 #include <elasticrun/elasticrun.hpp>
 
@@ -45,9 +46,23 @@ void do_init() {
   start_process_engine();
 }
 
+// Lets what was issued finish (a dropped handle's collective too: the peers may still be
+// on their way to it) for kShutdownGrace; what is left then is abandoned, with a warning.
 void do_shutdown() {
   flush_checkpoints();
-  sweep_orphans(true);
+  const auto deadline = std::chrono::steady_clock::now() + kShutdownGrace;
+  bool done = sweep_orphans(deadline);
+  {
+    py::gil_scoped_release nogil;
+    done = engine().drain_until(deadline) && done;
+    if (!done) {
+      ER_LOG(collective, warn, "shutdown(): collectives issued here were still pending after {} s: abandoned",
+             kShutdownGrace.count());
+      abandon_collectives("shutdown() abandoned the collective: its peers did not issue it within " +
+                          std::to_string(kShutdownGrace.count()) + " s");
+    }
+  }
+  if (!done) sweep_orphans(std::chrono::steady_clock::time_point::max());
   py::gil_scoped_release nogil;
   stop_process_engine();
 }

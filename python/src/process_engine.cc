@@ -39,15 +39,19 @@ std::atomic<bool>& shape_check_flag() {
 void at_exit() {
   auto& e = engine_slot();
   if (!e) return;
-  try {
-    if (auto client = ContextInternals::client(elasticrun::context()))
-      client->abort_signal()->raise(collective::AbortSignal::Kind::shutdown, "the process is exiting");
-  } catch (...) {
-    // No context: nothing can be running.
-  }
+  abandon_collectives("the process is exiting");
   e.reset();
   device_slot().reset();
   elasticrun::shutdown();
+}
+
+void abandon_collectives(const std::string& why) {
+  try {
+    if (auto client = ContextInternals::client(elasticrun::context()))
+      client->abort_signal()->raise(collective::AbortSignal::Kind::shutdown, why);
+  } catch (...) {
+    // No context: nothing can be running.
+  }
 }
 
 void start_process_engine() {

@@ -12,6 +12,8 @@
 
 #include <elasticrun/device.hpp>
 
+#include <string>
+
 namespace elasticrun::python {
 
 // Joins the job (elasticrun::init()) and starts the engine; nothing when already done.
@@ -20,6 +22,9 @@ void start_process_engine();
 // Collectives issued after it throw Error; issuing one while it runs is the caller's bug.
 void stop_process_engine();
 bool process_engine_started();
+// Makes what runs or is queued on this epoch fail at once (the epoch's abort signal),
+// with `why`, instead of waiting for peers: at exit, and when shutdown() gave up waiting.
+void abandon_collectives(const std::string& why);
 // The engine; throws Error ("not initialised") before start_process_engine().
 Engine& process_engine();
 

@@ -50,3 +50,42 @@ def test_a_program_that_ends_with_a_collective_pending_exits_with_its_code(job, 
     r = run_python(job, LAYOUTS[layout], script, timeout=60)
     assert "rank 0 (host" in r.stderr and "exited with code 1" in r.stderr, r.stderr[-3000:]
     assert "signal" not in r.stderr and "Segmentation" not in r.stderr, r.stderr[-3000:]
+
+
+SHUTDOWN_WORKER = """
+import sys, time
+import numpy
+import elasticrun as er
+er.init()
+er.barrier()  # connected
+if er.rank() == 0:
+    x = numpy.ones(1000, dtype=numpy.float32)
+    er.allreduce_async(x, out=x)  # dropped at once; no other rank ever issues it
+    kept = er.allreduce_async(numpy.ones(8, dtype=numpy.float32))  # queued behind it, handle kept
+    start = time.monotonic()
+    er.shutdown()
+    print("shutdown took %.1f s" % (time.monotonic() - start), flush=True)
+    try:
+        kept.wait()
+        print("the kept handle completed", flush=True)
+    except er.ElasticrunError as e:
+        print("the kept handle: %s" % e, flush=True)
+else:
+    time.sleep(16)  # alive, and never issuing rank 0's collectives
+    er.shutdown()
+"""
+
+
+def test_shutdown_abandons_collectives_no_peer_issues(job, tmp_path):
+    """Rank 0 drops an async allreduce that the other rank (alive for 16 s) never issues
+    and queues another behind it, then calls shutdown(): it waits out its grace (10 s),
+    abandons both with a warning and returns, long before the collective timeout (120 s
+    here); the kept handle's wait then raises instead of hanging, and the job ends 0."""
+    script = tmp_path / "shutdown.py"
+    script.write_text(SHUTDOWN_WORKER)
+    r = run_python(job, ["-np", 2], script, timeout=100, env={"ELASTICRUN_COLLECTIVE_TIMEOUT": "120"})
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    took = float(re.search(r"shutdown took ([\d.]+) s", r.stdout).group(1))
+    assert 9.5 <= took < 15, r.stdout
+    assert "still pending after 10 s: abandoned" in r.stderr, r.stderr[-3000:]
+    assert re.search(r"the kept handle: .*shutdown\(\) abandoned the collective", r.stdout), r.stdout[-3000:]

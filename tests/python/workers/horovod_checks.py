@@ -366,6 +366,24 @@ def mode_names():
         got = hvd.broadcast(torch.zeros(3), 0, name="late")
         check(torch.equal(got, torch.ones(3)), f"the named broadcast after the barrier: {got}")
     hvd.barrier()
+    # Horovod's pattern on every rank, the last to issue included: a name issued twice in
+    # a row is refused on every rank, also where the first completes at once (held for
+    # 5 ms after its issue, as Horovod holds it until its next cycle); the last rank waits
+    # 1 ms between its two issues, which is longer than its first allreduce takes.
+    for i in range(5):
+        if r == n - 1:
+            time.sleep(0.05)  # the others have issued theirs: its first allreduce completes at once
+        hvd.allreduce_async(x, name=f"twice{i}")
+        if r == n - 1:
+            time.sleep(0.001)
+        raises(ValueError, lambda: hvd.allreduce_async(x, name=f"twice{i}"), f"a name issued twice in a row ({i})",
+               "in flight already")
+        hvd.barrier()
+    # ... but once its handle is synchronized a name is free at once
+    h = hvd.allreduce_async(x, name="again", op=hvd.Sum)
+    hvd.synchronize(h)
+    check(torch.equal(hvd.synchronize(hvd.allreduce_async(x, name="again", op=hvd.Sum)), total),
+          "a name reissued right after its handle was synchronized")
     # a name stays pending while another rank has not issued it: deterministic here
     if r == 0:
         h = hvd.allgather_async(torch.ones(2), name="slow")
