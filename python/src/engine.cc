@@ -431,8 +431,16 @@ void Engine::run(const Task& t, const Named& named) {
     if (error) std::rethrow_exception(error);
     return;
   }
-  // Something was issued before: take a place behind it.
+  // Something was issued before: take a place behind it. Its caller has seen it done
+  // when this returns, so its name is free at once (no kNameHold).
   auto c = submit(t, named);
+  struct Release {
+    Engine& e;
+    std::uint64_t key;
+    ~Release() {
+      if (key) e.release(key);
+    }
+  } release{*this, named.unique ? named.key : 0};
   while (!c->wait_for(std::chrono::hours(1))) {
   }
 }

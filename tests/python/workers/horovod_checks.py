@@ -384,6 +384,14 @@ def mode_names():
     hvd.synchronize(h)
     check(torch.equal(hvd.synchronize(hvd.allreduce_async(x, name="again", op=hvd.Sum)), total),
           "a name reissued right after its handle was synchronized")
+    # ... and so is a synchronous one's when it returns, also one queued behind an
+    # asynchronous collective (Horovod's test_broadcast_state broadcasts each parameter by
+    # name, once per optimizer)
+    for i in range(4):
+        h = hvd.allreduce_async(x, op=hvd.Sum)
+        got = hvd.broadcast(torch.full((3,), float(r)), 0, name="sync_behind")
+        check(torch.equal(got, torch.zeros(3)) and torch.equal(hvd.synchronize(h), total),
+              f"a synchronous named broadcast behind an asynchronous allreduce, issued again ({i})")
     # a name stays pending while another rank has not issued it: deterministic here
     if r == 0:
         h = hvd.allgather_async(torch.ones(2), name="slow")
