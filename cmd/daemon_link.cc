@@ -81,18 +81,21 @@ class LocalDaemon final : public DaemonLink, private FramedStream::Handler {
     close();
     if (!child_) return;
     // The daemon exits once its workers are gone; a killed one could not clean up
-    // after its workers, so their shared-memory directories are removed either way.
+    // after its workers, so their shared-memory directories are removed either way
+    // (here, when the child is the daemon itself and not srun).
     int pid = child_->pid();
     child_->wait_for(std::chrono::seconds(3));
     child_.reset();  // still there (stopped, or hung): killed
-    shm_dirs::remove_all_of(pid);
+    if (!through_srun_) shm_dirs::remove_all_of(pid);
   }
 
-  Result<void> start(const std::string& path, const std::string& log_level) {
+  // `argv`: the daemon's command line, or srun's that runs it on another node.
+  Result<void> start(std::vector<std::string> argv, bool through_srun) {
+    through_srun_ = through_srun;
     ChildSpec spec;
-    spec.program = path;
-    spec.argv = {path, "--stdio"};
-    if (!log_level.empty()) spec.argv.push_back("--log-level=" + log_level);
+    spec.program = argv.front();
+    spec.argv = std::move(argv);
+    const std::string& path = spec.program;
     spec.in = spec.out = ChildSpec::Stdio::pipe;
     // In the driver's process group, so that ^C in a terminal reaches it too.
     spec.own_group = false;
@@ -131,15 +134,41 @@ class LocalDaemon final : public DaemonLink, private FramedStream::Handler {
   asio::io_context& io_;
   std::unique_ptr<ChildProcess> child_;
   std::optional<FramedStream> stream_;
+  bool through_srun_ = false;
 };
 
+std::vector<std::string> daemon_argv(const std::string& daemon_path, const std::string& log_level) {
+  std::vector<std::string> argv{daemon_path, "--stdio"};
+  if (!log_level.empty()) argv.push_back("--log-level=" + log_level);
+  return argv;
+}
+
 }  // namespace
+
+std::vector<std::string> srun_daemon_argv(const std::string& srun_path, const std::string& host,
+                                          const std::string& daemon_path, const std::string& log_level) {
+  // --unbuffered: slurmstepd otherwise holds the task's output until a newline, and a
+  // frame need not end in one (it is no pseudo-terminal: the stream stays binary).
+  std::vector<std::string> argv{srun_path, "--nodes=1", "--ntasks=1", "--nodelist=" + host, "--overlap",
+                                "--unbuffered", "--quiet", "--job-name=elasticrund", "--"};
+  for (auto& a : daemon_argv(daemon_path, log_level)) argv.push_back(std::move(a));
+  return argv;
+}
+
+Result<std::unique_ptr<DaemonLink>> launch_srun_daemon(asio::io_context& io, const std::string& host,
+                                                       const std::string& daemon_path, const std::string& log_level,
+                                                       const std::string& srun_path, DaemonEvents ev) {
+  auto d = std::make_unique<LocalDaemon>(io, host, std::move(ev));
+  if (auto ok = d->start(srun_daemon_argv(srun_path, host, daemon_path, log_level), true); !ok)
+    return Failure{ok.error()};
+  return std::unique_ptr<DaemonLink>(std::move(d));
+}
 
 Result<std::unique_ptr<DaemonLink>> launch_local_daemon(asio::io_context& io, const std::string& host,
                                                         const std::string& daemon_path,
                                                         const std::string& log_level, DaemonEvents ev) {
   auto d = std::make_unique<LocalDaemon>(io, host, std::move(ev));
-  if (auto ok = d->start(daemon_path, log_level); !ok) return Failure{ok.error()};
+  if (auto ok = d->start(daemon_argv(daemon_path, log_level), false); !ok) return Failure{ok.error()};
   return std::unique_ptr<DaemonLink>(std::move(d));
 }
 

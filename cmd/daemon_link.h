@@ -16,6 +16,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace elasticrun::cmd {
 
@@ -75,5 +76,19 @@ class DaemonLink {
 Result<std::unique_ptr<DaemonLink>> launch_local_daemon(boost::asio::io_context& io, const std::string& host,
                                                         const std::string& daemon_path,
                                                         const std::string& log_level, DaemonEvents ev);
+
+// Starts `daemon_path --stdio` on `host` as a step of the Slurm allocation this process
+// runs in: `srun_path` (a child of this process) with one task on that node, sharing the
+// allocation's resources with the other steps (--overlap), so that Slurm accounts for
+// the daemon and its workers and cleans them up with the job. srun carries the frames
+// over the task's stdin and stdout (unbuffered) as SSH does; the link ends when srun
+// does.
+Result<std::unique_ptr<DaemonLink>> launch_srun_daemon(boost::asio::io_context& io, const std::string& host,
+                                                       const std::string& daemon_path, const std::string& log_level,
+                                                       const std::string& srun_path, DaemonEvents ev);
+
+// srun's arguments for that (argv[0] included), for the tests.
+std::vector<std::string> srun_daemon_argv(const std::string& srun_path, const std::string& host,
+                                          const std::string& daemon_path, const std::string& log_level);
 
 }  // namespace elasticrun::cmd

@@ -213,6 +213,13 @@ DaemonLink* Job::ensure_daemon(const std::string& host) {
       return nullptr;
     }
     link = std::move(*started);
+  } else if (opts_.launcher == Options::Launcher::srun) {
+    auto started = launch_srun_daemon(io_, host, daemon_path_, opts_.log_level, opts_.srun_path, daemon_events());
+    if (!started) {
+      end_job(exit_code::kLaunchFailed, fmt::format("starting srun for '{}': {}", host, started.error()));
+      return nullptr;
+    }
+    link = std::move(*started);
   } else {
     link = launch_ssh_daemon(io_, host, daemon_path_, opts_.log_level, opts_.ssh, daemon_events());
   }

@@ -2,9 +2,11 @@
 
 #include "common/cli.h"
 #include "common/env.h"
+#include "common/executable.h"
 #include "common/messages.h"
 #include "common/python_command.h"
 #include "common/writable_dir.h"
+#include "discovery/slurm.h"
 
 #include <boost/program_options.hpp>
 #include <fmt/format.h>
@@ -32,7 +34,7 @@ po::options_description build_description() {
       ("help,h", "print this help and exit")
       ("version", "print the version and exit")
       ("np", po::value<int>(), "number of worker processes (default: every slot offered)")
-      ("hosts,H", po::value<std::string>(), "hosts as host:slots,host:slots,... (default: localhost:NP)")
+      ("hosts,H", po::value<std::string>(), "hosts as host:slots,host:slots,... (default: inside a Slurm allocation its nodes, with SLURM_TASKS_PER_NODE slots; else localhost:NP)")
       ("hostfile", po::value<std::string>(), "file of hosts, one per line: 'host slots=N'")
       ("slots-per-host", po::value<int>()->default_value(1), "slots of a host listed without a count")
       ("output-filename", po::value<std::string>(), "also write each rank's output to DIR/rank.N/{stdout,stderr}")
@@ -48,6 +50,7 @@ po::options_description build_description() {
       ("ssh-config", po::value<std::string>(), "ssh config file (default: $ELASTICRUN_SSH_CONFIG, else ~/.ssh/config)")
       ("ssh-host-key-checking", po::value<std::string>()->default_value("yes"), "yes|accept-new|no: unknown host keys are refused, recorded, or accepted; a changed key is always refused")
       ("ssh-connect-timeout", po::value<double>()->default_value(10.0), "seconds to connect and authenticate to a remote host (SSH, or a daemon with --daemon-port)")
+      ("launcher", po::value<std::string>()->default_value("auto"), "auto|ssh|srun: how daemons start on other hosts: over SSH, or as steps of the Slurm allocation (srun); auto: srun inside an allocation, else SSH")
       ("daemon-port", po::value<int>(), "use the elasticrund --listen already running on every host at this TCP port (default: $ELASTICRUN_DAEMON_PORT; else start daemons locally or over SSH)")
       ("daemon-secret-file", po::value<std::string>(), "cluster secret shared with those daemons (default: $ELASTICRUN_DAEMON_SECRET_FILE, else /etc/elasticrun/secret)")
       ("events", po::value<std::string>(), "append JSON lines describing the job's events to FILE")
@@ -221,6 +224,20 @@ Result<void> parse_daemon(const po::variables_map& vm, Options& o) {
   }
   o.daemon_secret_file = flag_or_env(vm, "daemon-secret-file", env::kDaemonSecretFile);
   if (o.daemon_secret_file.empty()) o.daemon_secret_file = "/etc/elasticrun/secret";
+  const std::string launcher = vm["launcher"].as<std::string>();
+  const char* job_id = std::getenv("SLURM_JOB_ID");
+  if (launcher == "srun" || (launcher == "auto" && job_id && *job_id)) {
+    o.launcher = Options::Launcher::srun;
+    const char* path = std::getenv("PATH");
+    auto srun = find_executable("srun", path ? path : "");
+    if (!srun)
+      return fail(launcher == "srun" ? "--launcher srun: srun is not in PATH"
+                                     : "inside a Slurm allocation (SLURM_JOB_ID is set) but srun is not in PATH: "
+                                       "give --launcher ssh");
+    o.srun_path = *srun;
+  } else if (launcher != "auto" && launcher != "ssh") {
+    return fail(fmt::format("--launcher '{}': use auto, ssh or srun", launcher));
+  }
   return {};
 }
 
@@ -395,7 +412,14 @@ Result<ParseOutcome> parse_options(int argc, const char* const* argv) {
     if (!h) return Failure{h.error()};
     o.hosts = std::move(*h);
   } else if (!o.discovered()) {
-    o.hosts = {{"localhost", o.np > 0 ? o.np : 1}};
+    auto slurm = discovery::slurm_allocation([](const char* name) { return std::getenv(name); }, o.slots_per_host);
+    if (!slurm) return fail("in a Slurm allocation: " + slurm.error());
+    if (*slurm) {
+      o.hosts = std::move(**slurm);
+      o.slurm_hosts = true;
+    } else {
+      o.hosts = {{"localhost", o.np > 0 ? o.np : 1}};
+    }
   }
   int offered = 0;  // by a fixed host list (-H, --hostfile, the default)
   for (const auto& h : o.hosts) offered += h.slots;

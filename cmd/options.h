@@ -64,6 +64,14 @@ struct Options {
   int report_fd = -1;
 
   SshOptions ssh;  // for hosts that are not this machine
+  // How daemons start on the hosts that are not this machine: over SSH, or as steps of
+  // the Slurm allocation this process runs in (srun). --launcher auto picks srun inside
+  // an allocation (SLURM_JOB_ID set), SSH elsewhere.
+  enum class Launcher { ssh, srun };
+  Launcher launcher = Launcher::ssh;
+  std::string srun_path;  // resolved when launcher is srun
+  // The hosts came from the Slurm allocation's environment (no -H, --hostfile or discovery).
+  bool slurm_hosts = false;
 
   // Reach every host's long-running `elasticrund --listen` on this port instead of
   // starting a daemon (locally or over SSH); 0: start one.

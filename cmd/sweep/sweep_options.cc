@@ -3,11 +3,13 @@
 #include "cmd/options.h"
 
 #include "common/cli.h"
+#include "discovery/slurm.h"
 
 #include <boost/program_options.hpp>
 #include <fmt/format.h>
 
 #include <charconv>
+#include <cstdlib>
 #include <sstream>
 
 namespace elasticrun::sweep {
@@ -19,7 +21,7 @@ po::options_description describe() {
   po::options_description d("sweep options");
   d.add_options()
       ("help,h", "print this help and exit")
-      ("hosts,H", po::value<std::string>(), "the pool: host:slots,host:slots,... (default: localhost:1)")
+      ("hosts,H", po::value<std::string>(), "the pool: host:slots,host:slots,... (default: inside a Slurm allocation its nodes, else localhost:1)")
       ("hostfile", po::value<std::string>(), "the pool as a file, one 'host slots=N' per line")
       ("host-discovery-script", po::value<std::string>(), "the pool from an executable printing 'host[:slots]' lines")
       ("discovery-interval", po::value<double>()->default_value(1.0), "seconds between runs of the pool's discovery script")
@@ -145,7 +147,10 @@ Result<SweepParse> parse_sweep_options(int argc, const char* const* argv) {
   } else if (vm.count("host-discovery-script")) {
     o.discovery_script = vm["host-discovery-script"].as<std::string>();
   } else {
-    o.hosts = {{"localhost", 1}};
+    // Inside a Slurm allocation its nodes are the pool, as for elasticrun itself.
+    auto slurm = discovery::slurm_allocation([](const char* name) { return std::getenv(name); }, o.slots_per_host);
+    if (!slurm) return fail("in a Slurm allocation: " + slurm.error());
+    o.hosts = *slurm ? std::move(**slurm) : std::vector<discovery::Host>{{"localhost", 1}};
   }
   double di = vm["discovery-interval"].as<double>();
   if (!(di > 0 && di < 1e6)) return fail("--discovery-interval must be a positive number of seconds");

@@ -9,6 +9,7 @@
 
 #include <fcntl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 namespace elasticrun::cmd {
@@ -273,6 +274,92 @@ TEST(Options, HelpAndVersionPrint) {
   auto v = parse({"--version"});
   ASSERT_TRUE(v.ok());
   EXPECT_NE(v->print.find("elasticrun "), std::string::npos);
+}
+
+// Sets Slurm's variables for one test and removes them after it.
+struct SlurmEnv {
+  SlurmEnv(std::initializer_list<std::pair<const char*, const char*>> vars) : vars_(vars) {
+    for (auto& [k, v] : vars_) ::setenv(k, v, 1);
+  }
+  ~SlurmEnv() {
+    for (auto& [k, v] : vars_) ::unsetenv(k);
+  }
+  std::vector<std::pair<const char*, const char*>> vars_;
+};
+
+// A directory with an executable `srun`, first in PATH while the test runs.
+struct FakePath {
+  FakePath() : old_(std::getenv("PATH") ? std::getenv("PATH") : "") {
+    char tmpl[] = "/tmp/er-srun-XXXXXX";
+    dir_ = ::mkdtemp(tmpl);
+    std::ofstream(dir_ + "/srun") << "#!/bin/sh\n";
+    ::chmod((dir_ + "/srun").c_str(), 0755);
+    ::setenv("PATH", (dir_ + ":" + old_).c_str(), 1);
+  }
+  ~FakePath() {
+    ::setenv("PATH", old_.c_str(), 1);
+    std::remove((dir_ + "/srun").c_str());
+    ::rmdir(dir_.c_str());
+  }
+  std::string old_, dir_;
+};
+
+TEST(Options, InsideASlurmAllocationItsNodesAreTheHostsAndSrunStartsTheDaemons) {
+  FakePath path;
+  SlurmEnv env({{"SLURM_JOB_ID", "42"}, {"SLURM_JOB_NODELIST", "node[1-3]"}, {"SLURM_TASKS_PER_NODE", "2(x2),1"}});
+  auto r = parse({"prog"});
+  ASSERT_TRUE(r.ok()) << r.error();
+  const Options& o = *r->options;
+  EXPECT_EQ(o.hosts, (std::vector<discovery::Host>{{"node1", 2}, {"node2", 2}, {"node3", 1}}));
+  EXPECT_TRUE(o.slurm_hosts);
+  EXPECT_EQ(o.np, 5);
+  EXPECT_EQ(o.launcher, Options::Launcher::srun);
+  EXPECT_EQ(o.srun_path, path.dir_ + "/srun");
+  // -H wins over the allocation; --launcher ssh over srun
+  r = parse({"-H", "a:1", "--launcher", "ssh", "prog"});
+  ASSERT_TRUE(r.ok()) << r.error();
+  EXPECT_EQ(r->options->hosts, (std::vector<discovery::Host>{{"a", 1}}));
+  EXPECT_FALSE(r->options->slurm_hosts);
+  EXPECT_EQ(r->options->launcher, Options::Launcher::ssh);
+}
+
+TEST(Options, OutsideAnAllocationSshUnlessSrunIsAskedFor) {
+  auto r = parse({"-H", "a:1,b:1", "prog"});
+  ASSERT_TRUE(r.ok()) << r.error();
+  EXPECT_EQ(r->options->launcher, Options::Launcher::ssh);
+  EXPECT_EQ(r->options->hosts, (std::vector<discovery::Host>{{"a", 1}, {"b", 1}}));
+  FakePath path;
+  r = parse({"--launcher", "srun", "-H", "a:1", "prog"});
+  ASSERT_TRUE(r.ok()) << r.error();
+  EXPECT_EQ(r->options->launcher, Options::Launcher::srun);
+}
+
+TEST(Options, BadSlurmEnvironmentsAndLaunchersAreClearErrors) {
+  {
+    SlurmEnv env({{"SLURM_JOB_NODELIST", "node[1-3"}});
+    auto r = parse({"prog"});
+    ASSERT_FALSE(r.ok());
+    EXPECT_NE(r.error().find("in a Slurm allocation: SLURM_JOB_NODELIST: hostlist 'node[1-3'"), std::string::npos)
+        << r.error();
+  }
+  {
+    SlurmEnv env({{"SLURM_JOB_NODELIST", "node[1-3]"}, {"SLURM_TASKS_PER_NODE", "1(x2)"}});
+    auto r = parse({"prog"});
+    ASSERT_FALSE(r.ok());
+    EXPECT_NE(r.error().find("counts 2 nodes, SLURM_JOB_NODELIST 3"), std::string::npos) << r.error();
+  }
+  {
+    SlurmEnv env({{"SLURM_JOB_ID", "42"}});
+    const std::string old_path = std::getenv("PATH") ? std::getenv("PATH") : "";
+    ::setenv("PATH", "/nonexistent", 1);
+    auto r = parse({"-H", "a:1", "prog"});
+    ::setenv("PATH", old_path.c_str(), 1);
+    ASSERT_FALSE(r.ok());
+    EXPECT_NE(r.error().find("srun is not in PATH: give --launcher ssh"), std::string::npos) << r.error();
+  }
+  auto r = parse({"--launcher", "pbs", "prog"});
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().find("--launcher 'pbs': use auto, ssh or srun"), std::string::npos) << r.error();
 }
 
 TEST(Options, NpDefaultsToEverySlotOffered) {

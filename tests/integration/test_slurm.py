@@ -1,0 +1,175 @@
+"""elasticrun inside a real Slurm allocation (scripts/slurmcluster: Debian's slurmctld in
+this namespace, one slurmd in each namespace host of scripts/testcluster, munge): the hosts
+come from the allocation's environment and the daemons start as job steps through srun,
+under salloc and under sbatch; an elastic job follows the nodes Slurm drains and resumes
+(scripts/discovery/slurm) without losing committed state; scancel leaves no process of the
+job on any node."""
+import os
+import re
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import BUILD, ELASTICRUN, EXAMPLES, ROOT, our_processes, skip_unless_required
+from invariant import check_commits
+from test_sgd import finals, reference
+
+SLURMCLUSTER = ROOT / "scripts" / "slurmcluster"
+NODES = ["er-h1", "er-h2", "er-h3"]
+SGD = EXAMPLES / "elastic_sgd"
+
+
+@pytest.fixture(scope="module")
+def slurm():
+    """The Slurm cluster's environment (SLURM_CONF ...), up for this module."""
+    r = subprocess.run([str(SLURMCLUSTER), "up", "3", "--cpus", "2"], capture_output=True, text=True, timeout=180)
+    if r.returncode == 77:
+        skip_unless_required("netns", "no Slurm cluster here: " + (r.stderr.strip().splitlines() or ["exit 77"])[-1])
+    assert r.returncode == 0, r.stderr
+    env_file = Path(re.search(r"SLURM_ENV=(\S+)", r.stdout).group(1))
+    env = dict(re.findall(r'^export (\w+)="?([^"\n]*)"?$', env_file.read_text(), re.M))
+    yield env
+    subprocess.run([str(SLURMCLUSTER), "down"], capture_output=True, timeout=120)
+
+
+def slurm_env(job, slurm, extra=None):
+    return job.env({**slurm, **(extra or {})})
+
+
+def steps_now(env):
+    """The running job steps as (name, node) pairs."""
+    r = subprocess.run(["squeue", "-s", "-h", "-o", "%j %N"], capture_output=True, text=True, env=env, timeout=30)
+    return [tuple(l.split()) for l in r.stdout.splitlines() if l.strip()]
+
+
+SGD_ARGS = ["--steps", 300, "--dim", 64, "--batch", 48, "--commit-every", 10, "--step-ms", 20]
+
+
+def test_salloc_job_takes_the_allocations_nodes_and_starts_daemons_as_steps(job, slurm, tmp_path):
+    """salloc -N3 --ntasks-per-node=2 elasticrun elastic_sgd: 6 workers, 2 on each node,
+    with no host flag; each node's daemon runs as a job step named elasticrund (salloc runs
+    the driver here, on none of the nodes); every rank ends with the reference model."""
+    env = slurm_env(job, slurm)
+    events = tmp_path / "events"
+    p = subprocess.Popen(["salloc", "-N3", "--ntasks-per-node=2", str(ELASTICRUN), "--events", str(events), str(SGD),
+                          *map(str, SGD_ARGS)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    seen = set()
+    deadline = time.monotonic() + 60
+    while p.poll() is None and time.monotonic() < deadline and len(seen) < 3:
+        seen |= {node for name, node in steps_now(env) if name == "elasticrund"}
+        time.sleep(0.1)
+    out, err = p.communicate(timeout=120)
+    assert p.returncode == 0, out[-2000:] + err[-3000:]
+    assert seen == set(NODES), f"elasticrund steps seen on {seen}"
+    want = reference(SGD_ARGS)
+    assert finals(out) == [want] * 6, out[-3000:]
+    placed = [e for e in job.events(events) if e["event"] == "epoch_started"][0]
+    hosts = sorted(w["host"] for w in placed["assignment"])
+    assert hosts == sorted(NODES * 2), placed
+
+
+def test_sbatch_job_runs_from_its_batch_node(job, slurm, tmp_path):
+    """The same job as a batch script (#SBATCH -N3): elasticrun runs on the first node,
+    starts that node's daemon itself and the others' through srun; the output file has
+    every rank's final line and the exit status."""
+    out_file = tmp_path / "slurm.out"
+    script = tmp_path / "job.sh"
+    script.write_text(f"""#!/bin/sh
+#SBATCH -N3 --ntasks-per-node=1 -o {out_file}
+{ELASTICRUN} {SGD} {' '.join(map(str, SGD_ARGS))}
+echo "elasticrun exit $?"
+""")
+    env = slurm_env(job, slurm)
+    r = subprocess.run(["sbatch", "--parsable", str(script)], capture_output=True, text=True, env=env, timeout=30)
+    assert r.returncode == 0, r.stderr
+    job_id = r.stdout.strip().split(";")[0]
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        q = subprocess.run(["squeue", "-h", "-j", job_id], capture_output=True, text=True, env=env, timeout=30)
+        if not q.stdout.strip():
+            break
+        time.sleep(0.2)
+    text = out_file.read_text()
+    assert "elasticrun exit 0" in text, text[-3000:]
+    assert finals(text) == [reference(SGD_ARGS)] * 3, text[-3000:]
+
+
+def test_drained_node_leaves_an_elastic_job_and_returns_when_resumed(job, slurm, tmp_path):
+    """An elastic job on the 3 nodes with scripts/discovery/slurm: `scontrol update
+    State=DRAIN` of er-h3 mid-run takes it out of the job (the others go on from their
+    last commit), State=RESUME brings it back; rank 0's commits never go back and every
+    final model is the reference."""
+    env = slurm_env(job, slurm)
+    events = tmp_path / "events"
+    args = ["--steps", 600, "--dim", 64, "--batch", 48, "--commit-every", 10, "--step-ms", 25]
+    p = subprocess.Popen(["salloc", "-N3", str(ELASTICRUN), "--min-np", "2", "--host-discovery-script",
+                          str(ROOT / "scripts" / "discovery" / "slurm"), "--discovery-interval", "0.3", "--events",
+                          str(events), str(SGD), *map(str, args), "--report"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+
+    def wait_for(what, timeout=60):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            evs = job.events(events)
+            if what(evs):
+                return evs
+            assert p.poll() is None, "the job ended early: " + p.stderr.read()[-3000:]
+            time.sleep(0.1)
+        raise AssertionError(f"timed out; events: {job.events(events)[-10:]}")
+
+    def sizes(evs):
+        return [len(e["assignment"]) for e in evs if e["event"] == "epoch_started"]
+
+    wait_for(lambda evs: sizes(evs)[:1] == [3] and any(e["event"] == "state_synced" for e in evs))
+    time.sleep(1)
+    drain = ["scontrol", "update", "NodeName=er-h3"]
+    subprocess.run(drain + ["State=DRAIN", "Reason=elasticrun test"], check=True, env=env, timeout=30)
+    try:
+        wait_for(lambda evs: any(e["event"] == "host_removed" and e["host"] == "er-h3" for e in evs) and
+                 sizes(evs)[-1] == 2)
+    finally:
+        subprocess.run(drain + ["State=RESUME"], check=True, env=env, timeout=30)
+    wait_for(lambda evs: any(e["event"] == "host_added" and e["host"] == "er-h3" for e in evs) and
+             sizes(evs)[-1] == 3)
+    out, err = p.communicate(timeout=180)
+    assert p.returncode == 0, out[-2000:] + err[-3000:]
+    check_commits(out, 600, min_epoch=3)
+    assert finals(out) == [reference(args)] * 3, out[-3000:]
+
+
+def test_scancel_leaves_no_process_on_any_node(job, slurm, tmp_path):
+    """A long batch job on 3 nodes, cancelled with scancel once its workers run on every
+    node: within 20 s no process of it (driver, daemons, workers: found by the job's tag
+    in their environment) is left on any node."""
+    script = tmp_path / "job.sh"
+    script.write_text(f"""#!/bin/sh
+#SBATCH -N3 -o {tmp_path}/slurm.out
+{ELASTICRUN} {SGD} --steps 1000000 --dim 64 --batch 48 --step-ms 50
+""")
+    env = slurm_env(job, slurm)
+    r = subprocess.run(["sbatch", "--parsable", str(script)], capture_output=True, text=True, env=env, timeout=30)
+    assert r.returncode == 0, r.stderr
+    job_id = r.stdout.strip().split(";")[0]
+
+    def workers():
+        found = set()
+        for pid in our_processes(job.tag):
+            try:
+                if Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].endswith(b"/elastic_sgd"):
+                    found.add(Path(f"/proc/{pid}/environ").read_bytes().split(b"ELASTICRUN_HOST=")[1].split(b"\0")[0])
+            except (OSError, IndexError):
+                pass
+        return found
+
+    deadline = time.monotonic() + 60
+    while workers() != {n.encode() for n in NODES} and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert workers() == {n.encode() for n in NODES}, (tmp_path / "slurm.out").read_text()[-2000:]
+    subprocess.run(["scancel", job_id], check=True, env=env, timeout=30)
+    deadline = time.monotonic() + 20
+    while our_processes(job.tag) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    left = our_processes(job.tag)
+    assert not left, [Path(f"/proc/{p}/cmdline").read_bytes().replace(b"\0", b" ") for p in left]
