@@ -172,6 +172,10 @@ class EpochController {
   int resets() const { return resets_; }
   int restarts() const { return restarts_; }  // restart mode: restarts after failures
   const rendezvous::Assignment& assignment() const { return assignment_; }
+  // The hosts discovery offers, with their blacklist (for --request-hosts-script).
+  const rendezvous::Membership& membership() const { return membership_; }
+  // A worker finished its training: the job is ending.
+  bool finishing() const { return finishing_; }
   // The rank of the process running at the place (a stopping one before its
   // successor), for routing its output.
   std::optional<int> rank_at(const std::string& host, std::uint32_t slot) const;

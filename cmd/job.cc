@@ -149,6 +149,33 @@ void Job::start_hosts() {
                                                         opts_.discovery_interval, std::move(cb));
   }
   watcher_->start();
+  if (!opts_.request_hosts_script.empty()) {
+    requester_ = std::make_unique<HostRequester>(
+        io_, opts_.request_hosts_script, opts_.request_interval, opts_.discovery_timeout,
+        [this](const RequestAction& a, const std::string& error) {
+          bool request = a.kind == RequestAction::Kind::request;
+          nlohmann::json fields = request ? nlohmann::json{{"slots", a.slots}} : nlohmann::json{{"hosts", a.hosts}};
+          if (!error.empty()) {
+            fields["message"] = error;
+            ER_LOG(driver, warn, "{} (the job goes on; tried again in {:.0f} s)", error,
+                   opts_.request_interval.count() / 1000.0);
+          }
+          events_.emit(!error.empty() ? "request_failed" : request ? "hosts_requested" : "hosts_released", fields);
+        });
+  }
+}
+
+// What --request-hosts-script's policy looks at (cmd/host_requests.h).
+RequestView Job::request_view() const {
+  auto now = std::chrono::steady_clock::now();
+  const auto& m = controller_.membership();
+  RequestView v;
+  v.max_np = opts_.max_np;
+  v.usable_slots = m.usable_slots(now);
+  for (const auto& h : m.discovered()) v.offered.insert(h.name);
+  for (const auto& w : controller_.assignment().workers) v.in_use.insert(w.host);
+  v.running = !v.in_use.empty() && !controller_.finishing() && !controller_.finished();
+  return v;
 }
 
 DaemonEvents Job::daemon_events() {
@@ -285,6 +312,7 @@ void Job::on_checkpoint(const rendezvous::WorkerPlace& p, const msg::CheckpointN
 void Job::stop_everything(const std::string& message) {
   heartbeat_timer_.cancel();  // the controller's timer stays: SIGKILLs after the grace still fall due
   if (watcher_) watcher_->stop();
+  if (requester_) requester_->stop();
   if (server_) server_->notify_all(msg::NotifyKind::shutdown, message.empty() ? "job finished" : message);
   for (auto& [h, d] : daemons_) d->shutdown(std::chrono::milliseconds(2000));
   // The daemons kill stragglers after 2 s; if one does not report back by then, cut it off.
@@ -329,6 +357,7 @@ void Job::heartbeat() {
       if (stalled) d->heard_now();
       else if (d->ready() && now - d->last_heard() > opts_.host_timeout) silent.push_back(h);
     }
+    if (requester_) requester_->tick(request_view());
     // Failing a host can start an epoch and launch daemons: look each one up afresh.
     for (const auto& h : silent) {
       auto it = daemons_.find(h);

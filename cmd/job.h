@@ -15,6 +15,7 @@
 #include "cmd/controller.h"
 #include "cmd/daemon_link.h"
 #include "cmd/events.h"
+#include "cmd/host_requests.h"
 #include "cmd/options.h"
 #include "cmd/output.h"
 #include "cmd/report_channel.h"
@@ -44,6 +45,7 @@ class Job {
   // job.cc: starting, the daemons, heartbeats, stopping
   Result<void> start();
   void start_hosts();
+  RequestView request_view() const;
   Result<std::string> daemon_path() const;
   DaemonEvents daemon_events();
   DaemonLink* ensure_daemon(const std::string& host);
@@ -79,6 +81,7 @@ class Job {
   std::unique_ptr<rendezvous::Server> server_;
   EpochController controller_;
   std::unique_ptr<discovery::HostWatcher> watcher_;
+  std::unique_ptr<HostRequester> requester_;  // --request-hosts-script
   std::map<std::string, std::unique_ptr<DaemonLink>> daemons_;
   std::map<std::string, bool> local_;          // host name: whether it names this machine
   std::map<std::string, std::string> toward_;  // remote host: our address towards it

@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
@@ -71,6 +72,8 @@ po::options_description build_description() {
       ("preload", po::value<std::string>(), "Python jobs: modules (comma-separated: torch,torch.distributed) that a fork server on each host imports once; the workers start as its forks, not as new interpreters")
       ("run-id", po::value<std::string>(), "the job's id for its workers (TORCHELASTIC_RUN_ID; default: a random one)")
       ("blacklist-cooldown-range", po::value<std::vector<double>>()->multitoken(), "elastic: MIN MAX seconds a failed host stays out (doubling per failure); default: for good")
+      ("request-hosts-script", po::value<std::string>(), "elastic: run 'SCRIPT request N' for N more slots up to --max-np, 'SCRIPT release HOST...' for hosts the job does not use (what it obtains, discovery must list)")
+      ("request-interval", po::value<double>()->default_value(60), "elastic: seconds between two requests, and between two releases, of --request-hosts-script")
       ("verbose,v", "same as --log-level info");
   return d;
 }
@@ -159,6 +162,17 @@ Result<void> parse_elastic(const po::variables_map& vm, Options& o) {
                   "(MIN at least 0.001)");
     o.blacklist_cooldown = {std::chrono::milliseconds(static_cast<long long>(r[0] * 1000)),
                             std::chrono::milliseconds(static_cast<long long>(r[1] * 1000))};
+  }
+  auto ri = seconds(vm, "request-interval");
+  if (!ri) return Failure{ri.error()};
+  o.request_interval = *ri;
+  if (vm.count("request-hosts-script")) {
+    o.request_hosts_script = vm["request-hosts-script"].as<std::string>();
+    if (!o.discovered())
+      return fail("--request-hosts-script needs --host-discovery-script or --host-discovery-fd: the hosts it "
+                  "obtains reach the job through discovery");
+    if (::access(o.request_hosts_script.c_str(), X_OK) != 0)
+      return fail(fmt::format("--request-hosts-script '{}': {}", o.request_hosts_script, std::strerror(errno)));
   }
   return {};
 }

@@ -58,6 +58,10 @@ struct Options {
   // empty: every worker is a new process.
   std::vector<std::string> preload;
   std::optional<std::pair<std::chrono::milliseconds, std::chrono::milliseconds>> blacklist_cooldown;
+  // --request-hosts-script (cmd/host_requests.h): asks for slots up to --max-np and gives
+  // back unused hosts, at most once per request_interval each; empty: never.
+  std::string request_hosts_script;
+  std::chrono::milliseconds request_interval{60000};
   std::string events_file;
   // --report-fd: a connected stream socket on which each report is asked about
   // (cmd/report_channel.h); -1: none, every report is answered "continue".

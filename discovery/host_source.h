@@ -43,6 +43,9 @@ struct ScriptOptions {
   std::chrono::milliseconds timeout{10000};  // --discovery-timeout
   int default_slots = 1;                     // --slots-per-host, for "host" lines
   std::size_t max_output = 1 << 20;          // stdout cap; beyond it: error, script killed
+  std::vector<std::string> args;             // after argv[0]
+  std::string what = "discovery script";     // how messages name it
+  bool hosts_output = true;                  // false: stdout is not read as hosts (answer: none)
 };
 std::unique_ptr<HostSource> make_script_source(boost::asio::io_context& io, ScriptOptions options);
 

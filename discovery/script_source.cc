@@ -53,14 +53,12 @@ std::string stderr_excerpt(const std::string& tail, bool cut) {
   return fmt::format(": {}{}", cut ? "..." : "", s);
 }
 
-Result<void> check_executable(const std::string& path) {
+Result<void> check_executable(const std::string& path, const std::string& what) {
   struct stat st {};
-  if (path.empty()) return fail("no discovery script given");
-  if (::stat(path.c_str(), &st) != 0)
-    return fail(fmt::format("discovery script '{}': {}", path, std::strerror(errno)));
-  if (!S_ISREG(st.st_mode)) return fail(fmt::format("discovery script '{}' is not a regular file", path));
-  if (::access(path.c_str(), X_OK) != 0)
-    return fail(fmt::format("discovery script '{}' is not executable", path));
+  if (path.empty()) return fail("no " + what + " given");
+  if (::stat(path.c_str(), &st) != 0) return fail(fmt::format("{} '{}': {}", what, path, std::strerror(errno)));
+  if (!S_ISREG(st.st_mode)) return fail(fmt::format("{} '{}' is not a regular file", what, path));
+  if (::access(path.c_str(), X_OK) != 0) return fail(fmt::format("{} '{}' is not executable", what, path));
   return {};
 }
 
@@ -122,7 +120,7 @@ void ScriptSource::answer_later(Done done, Result<std::vector<Host>> r) {
 
 void ScriptSource::poll(Done done) {
   if (run_) return answer_later(std::move(done), fail("a discovery poll is already running"));
-  if (auto ok = check_executable(opt_.path); !ok) return answer_later(std::move(done), Failure{ok.error()});
+  if (auto ok = check_executable(opt_.path, opt_.what); !ok) return answer_later(std::move(done), Failure{ok.error()});
   auto run = std::make_shared<Run>(io_);
   if (auto started = launch(*run); !started) return answer_later(std::move(done), Failure{started.error()});
   run->done = std::move(done);
@@ -132,7 +130,7 @@ void ScriptSource::poll(Done done) {
   run->deadline.expires_after(opt_.timeout);
   run->deadline.async_wait([this, run](boost::system::error_code ec) {
     if (ec || run->finished) return;
-    finish(fail(fmt::format("discovery script timed out after {:.1f} s", opt_.timeout.count() / 1000.0)));
+    finish(fail(fmt::format("{} timed out after {:.1f} s", opt_.what, opt_.timeout.count() / 1000.0)));
   });
 }
 
@@ -141,6 +139,8 @@ void ScriptSource::poll(Done done) {
 Result<void> ScriptSource::launch(Run& run) {
   ChildSpec spec;
   spec.program = opt_.path;
+  spec.argv = {opt_.path};
+  spec.argv.insert(spec.argv.end(), opt_.args.begin(), opt_.args.end());
   spec.in = ChildSpec::Stdio::null;
   spec.out = spec.err = ChildSpec::Stdio::pipe;
   // Leftovers of a finished script are killed: nothing may hold its pipes open.
@@ -153,7 +153,7 @@ Result<void> ScriptSource::launch(Run& run) {
   auto child = ChildProcess::start(io_, spec, on_exit, &error);
   if (!child)
     // The file exists (checked before), so ENOENT means its "#!" interpreter does not.
-    return fail(fmt::format("cannot run discovery script '{}': {}{}", opt_.path,
+    return fail(fmt::format("cannot run {} '{}': {}{}", opt_.what, opt_.path,
                             error ? std::strerror(error) : child.error(),
                             error == ENOENT ? " (is its #! interpreter missing?)" : ""));
   child_ = std::move(*child);
@@ -189,7 +189,7 @@ void ScriptSource::on_bytes(Run& run, bool is_stdout, std::size_t n) {
     return;
   }
   if (run.output.size() + n > opt_.max_output)
-    return finish(fail(fmt::format("discovery script output exceeds {} (script killed)", human_size(opt_.max_output))));
+    return finish(fail(fmt::format("{} output exceeds {} (script killed)", opt_.what, human_size(opt_.max_output))));
   run.output.append(run.obuf.data(), n);
 }
 
@@ -207,7 +207,8 @@ void ScriptSource::maybe_complete() {
 
 Result<std::vector<Host>> ScriptSource::outcome(const Run& run) const {
   if (auto st = status_text(run.status); !st.empty())
-    return fail(fmt::format("discovery script {}{}", st, stderr_excerpt(run.stderr_tail, run.stderr_cut)));
+    return fail(fmt::format("{} {}{}", opt_.what, st, stderr_excerpt(run.stderr_tail, run.stderr_cut)));
+  if (!opt_.hosts_output) return std::vector<Host>{};
   auto parsed = parse_script_output(run.output, opt_.default_slots);
   if (!parsed) return fail("discovery script output, " + parsed.error());
   if (!parsed->merged.empty())

@@ -112,6 +112,12 @@ TEST(Options, BadInputsHaveClearMessages) {
       {{"--run-id", "", "prog"}, "--run-id '': expected 1 to 128 letters"},
       {{"--run-id", "a b", "prog"}, "--run-id 'a b'"},
       {{"--run-id", std::string(129, 'a'), "prog"}, "expected 1 to 128"},
+      {{"--min-np", "1", "--request-hosts-script", "/bin/true", "prog"}, "needs --host-discovery-script"},
+      {{"--host-discovery-script", "/bin/true", "--request-hosts-script", "/nonexistent/req", "prog"},
+       "--request-hosts-script '/nonexistent/req': No such file"},
+      {{"--host-discovery-script", "/bin/true", "--request-hosts-script", "/etc/passwd", "prog"},
+       "--request-hosts-script '/etc/passwd': Permission denied"},
+      {{"--request-interval", "0", "prog"}, "--request-interval must be a positive number"},
   };
   for (const auto& c : cases) {
     auto r = parse(c.args);
