@@ -173,3 +173,41 @@ def test_scancel_leaves_no_process_on_any_node(job, slurm, tmp_path):
         time.sleep(0.1)
     left = our_processes(job.tag)
     assert not left, [Path(f"/proc/{p}/cmdline").read_bytes().replace(b"\0", b" ") for p in left]
+
+
+def test_elastic_job_grows_by_asking_slurm_and_gives_back_what_it_does_not_use(job, slurm, tmp_path):
+    """scripts/request-hosts/slurm: a job on one node with --max-np 3 asks for 2 slots; the
+    helper allocation's 2 nodes are merged into the job (Slurm's job expansion) and the job
+    trains on 3 workers. A job on 3 nodes with --max-np 2 gives its unused node back: the
+    allocation shrinks to 2 nodes while the job runs."""
+    env = slurm_env(job, slurm)
+    request = str(ROOT / "scripts" / "request-hosts" / "slurm")
+    discover = str(ROOT / "scripts" / "discovery" / "slurm")
+    events = tmp_path / "events"
+    args = ["--steps", 300, "--dim", 64, "--batch", 48, "--commit-every", 10, "--step-ms", 20]
+    r = subprocess.run(["salloc", "-N1", "-w", "er-h1", str(ELASTICRUN), "--min-np", "1", "--max-np", "3",
+                        "--host-discovery-script", discover, "--discovery-interval", "0.3", "--request-hosts-script",
+                        request, "--request-interval", "1", "--events", str(events), str(SGD), *map(str, args)],
+                       capture_output=True, text=True, env=env, timeout=180)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    evs = job.events(events)
+    assert [e["slots"] for e in evs if e["event"] == "hosts_requested"][:1] == [2], evs
+    sizes = [e["size"] for e in evs if e["event"] == "epoch_started"]
+    assert sizes[0] == 1 and sizes[-1] == 3, sizes
+    assert finals(r.stdout) == [reference(args)] * 3, r.stdout[-3000:]
+
+    events2 = tmp_path / "events2"
+    script = tmp_path / "shrink.sh"
+    script.write_text(f"""#!/bin/sh
+{ELASTICRUN} --min-np 1 --max-np 2 --host-discovery-script {discover} --discovery-interval 0.3 \\
+  --request-hosts-script {request} --request-interval 1 --events {events2} {SGD} {' '.join(map(str, args))} &
+pid=$!
+sleep 4; squeue -h -j $SLURM_JOB_ID -o 'nodes %D'
+wait $pid; echo "elasticrun exit $?"
+""")
+    script.chmod(0o755)
+    r = subprocess.run(["salloc", "-N3", str(script)], capture_output=True, text=True, env=env, timeout=180)
+    assert "elasticrun exit 0" in r.stdout, r.stdout[-2000:] + r.stderr[-3000:]
+    released = [e for e in job.events(events2) if e["event"] == "hosts_released"]
+    assert released and len(released[0]["hosts"]) == 1, job.events(events2)
+    assert "nodes 2" in r.stdout, r.stdout
