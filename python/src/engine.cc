@@ -349,13 +349,13 @@ void Engine::check_unique(const Named& n) const {
                         "' is in flight already: names of pending collectives must be unique");
 }
 
-std::shared_ptr<Completion> Engine::submit(Task t, const Named& named) {
+std::shared_ptr<Completion> Engine::submit(Task t, const Named& named, bool hold) {
   auto c = std::make_shared<Completion>();
   {
     std::lock_guard lock(mu_);
     check_unique(named);
     if (named.unique && named.key) in_flight_.insert(named.key);
-    queue_.push_back({std::move(t), c, named, std::chrono::steady_clock::now()});
+    queue_.push_back({std::move(t), c, named, std::chrono::steady_clock::now(), hold});
   }
   cv_.notify_one();
   return c;
@@ -433,14 +433,7 @@ void Engine::run(const Task& t, const Named& named) {
   }
   // Something was issued before: take a place behind it. Its caller has seen it done
   // when this returns, so its name is free at once (no kNameHold).
-  auto c = submit(t, named);
-  struct Release {
-    Engine& e;
-    std::uint64_t key;
-    ~Release() {
-      if (key) e.release(key);
-    }
-  } release{*this, named.unique ? named.key : 0};
+  auto c = submit(t, named, false);
   while (!c->wait_for(std::chrono::hours(1))) {
   }
 }
@@ -490,7 +483,7 @@ void Engine::loop() {
       in_flight_.erase(in_flight_.find(q.named.key));
       const auto now = std::chrono::steady_clock::now();
       std::erase_if(held_, [now](const auto& h) { return h.second <= now; });
-      if (now < q.issued + kNameHold) held_[q.named.key] = q.issued + kNameHold;
+      if (q.hold && now < q.issued + kNameHold) held_[q.named.key] = q.issued + kNameHold;
     }
     lock.unlock();
     q.completion->finish(error);

@@ -163,8 +163,9 @@ class Engine {
   Engine& operator=(const Engine&) = delete;
 
   // Queues the task; the caller keeps its buffers alive until the completion is done.
-  // DuplicateName when `named` is unique and its key is in flight.
-  std::shared_ptr<Completion> submit(Task t, const Named& named = {});
+  // DuplicateName when `named` is unique and its key is in flight. `hold`: the name
+  // stays in flight for kNameHold after the issue (a handle's; not a synchronous call's).
+  std::shared_ptr<Completion> submit(Task t, const Named& named = {}, bool hold = true);
   // Runs the task after everything issued before it; throws its error.
   void run(const Task& t, const Named& named = {});
   // Runs the task on this thread if nothing is queued or running, with its error in
@@ -186,6 +187,7 @@ class Engine {
     std::shared_ptr<Completion> completion;
     Named named;
     std::chrono::steady_clock::time_point issued;
+    bool hold;
   };
   void loop();
   // Runs the task on this thread; its error, if any. A negotiation that chose another
