@@ -10,9 +10,12 @@
 
 namespace elasticrun::daemon {
 
-ErrorFiles::~ErrorFiles() {
+ErrorFiles::~ErrorFiles() { remove_now(); }
+
+void ErrorFiles::remove_now() {
   std::error_code ec;
   if (made_) std::filesystem::remove_all(dir_, ec);
+  made_ = false;
 }
 
 std::string ErrorFiles::next_path(std::uint32_t slot) {

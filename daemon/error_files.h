@@ -29,6 +29,8 @@ class ErrorFiles {
   std::string next_path(std::uint32_t slot);
   // What is at `path` (at most `limit` bytes are read), after which it is removed.
   static ErrorFileContents take(const std::string& path, std::size_t limit);
+  // Removes the directory now (the daemon was told to stop from outside).
+  void remove_now();
 
  private:
   std::string dir_;

@@ -81,6 +81,13 @@ std::string Supervisor::make_shm_dir(std::uint32_t slot) {
   return dir;
 }
 
+void Supervisor::release_shared_memory() {
+  std::error_code ec;
+  for (auto& [slot, dir] : shm_dirs_) std::filesystem::remove_all(dir, ec);
+  shm_dirs_.clear();
+  error_files_.remove_now();
+}
+
 void Supervisor::remove_shm_dir(std::uint32_t slot) {
   auto it = shm_dirs_.find(slot);
   if (it == shm_dirs_.end()) return;
@@ -309,6 +316,9 @@ void Supervisor::stop(std::chrono::milliseconds grace, int exit_code) {
   stopping_ = true;
   exit_code_ = exit_code;
   launcher_->signal_all(SIGTERM);
+  // A scheduler that ends the job (scancel, preemption, a pod's deletion) may SIGKILL
+  // this daemon before its workers are gone: nothing of theirs may be left in /dev/shm.
+  release_shared_memory();
   kill_timer_.expires_after(grace);
   kill_timer_.async_wait([this](boost::system::error_code ec) {
     if (ec) return;

@@ -42,10 +42,12 @@ class Supervisor : private FramedStream::Handler {
              SupervisorOptions options = {});
   ~Supervisor();
   void start();
-  // Stop every worker, then finish with `exit_code`.
+  // Stop every worker, then finish with `exit_code`. The workers' shared-memory and
+  // error-file directories go at once (their mappings and open files stay valid).
   void stop(std::chrono::milliseconds grace, int exit_code);
 
  private:
+  void release_shared_memory();
   void on_stream_frame(Frame f) override;
   void on_stream_end(const StreamEnd& end) override;
   void on_stream_drained() override;

@@ -767,3 +767,27 @@ def test_a_stopping_daemon_gives_up_a_driver_that_reads_nothing(job):
         d.kill()
         d.stdin.close()
         d.wait(timeout=10)
+
+
+def test_a_stopping_daemon_removes_shared_memory_at_once(job):
+    """SIGTERM to a daemon (a scheduler ending the job: scancel, preemption) whose worker
+    ignores SIGTERM: the daemon stops it (SIGKILL after its 2 s grace), but removes the
+    worker's /dev/shm directories at once, while it waits: a scheduler's own SIGKILL
+    (Slurm's KillWait) may end the daemon before the worker is gone."""
+    p = job.start(["-np", 1, "/bin/sh", "-c", "trap '' TERM; sleep 30"])
+    daemon, deadline = None, time.monotonic() + 20
+    while time.monotonic() < deadline:
+        daemon = next((pid for pid in our_processes(job.tag)
+                       if Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].endswith(b"elasticrund")), None)
+        if daemon and any(e.startswith(f"elasticrun.{daemon}.") and not e.endswith(".errors")
+                          for e in os.listdir("/dev/shm")):
+            break
+        time.sleep(0.05)
+    mine = sorted(e for e in os.listdir("/dev/shm") if e.startswith(f"elasticrun.{daemon}."))
+    assert mine, "the worker got no shared-memory directory"
+    os.kill(daemon, signal.SIGTERM)
+    time.sleep(0.5)
+    assert Path(f"/proc/{daemon}").exists(), "the daemon did not wait for its worker"
+    left = sorted(e for e in os.listdir("/dev/shm") if e.startswith(f"elasticrun.{daemon}."))
+    assert not left, f"left while the daemon stops: {left} (of {mine})"
+    p.communicate(timeout=30)
