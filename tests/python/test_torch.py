@@ -110,3 +110,12 @@ def test_elastic_sampler_and_state_survive_kill_add_and_remove(job, tmp_path):
     finals = [json.loads(p.read_text()) for p in sorted(out.glob("params.*.json"))]
     assert len(finals) == 2 and {f["size"] for f in finals} == {2}, finals
     assert finals[0]["params"] == finals[1]["params"], "parameters differ between the final ranks"
+
+
+def test_process_sets_across_an_elastic_reset(job):
+    """workers/process_set_reset.py: a worker of 4 is SIGKILLed; in the new epoch of 3 the
+    sets are still registered, the one naming rank 3 is a ValueError on every survivor,
+    the other still reduces."""
+    r = run_python(job, ["--min-np", 2, "-H", "localhost:2,127.0.0.2:1,127.0.0.3:1"],
+                   HERE / "workers" / "process_set_reset.py", timeout=180)
+    check_ok_lines(r, "process_set_reset: OK", 3)
