@@ -74,10 +74,10 @@ namespace {
 
 namespace asio = boost::asio;
 
-class LocalDaemon final : public DaemonLink, private FramedStream::Handler {
+class ChildDaemon final : public DaemonLink, private FramedStream::Handler {
  public:
-  LocalDaemon(asio::io_context& io, std::string host, DaemonEvents ev) : DaemonLink(std::move(host), std::move(ev)), io_(io) {}
-  ~LocalDaemon() override {
+  ChildDaemon(asio::io_context& io, std::string host, DaemonEvents ev) : DaemonLink(std::move(host), std::move(ev)), io_(io) {}
+  ~ChildDaemon() override {
     close();
     if (!child_) return;
     // The daemon exits once its workers are gone; a killed one could not clean up
@@ -158,7 +158,7 @@ std::vector<std::string> srun_daemon_argv(const std::string& srun_path, const st
 Result<std::unique_ptr<DaemonLink>> launch_srun_daemon(asio::io_context& io, const std::string& host,
                                                        const std::string& daemon_path, const std::string& log_level,
                                                        const std::string& srun_path, DaemonEvents ev) {
-  auto d = std::make_unique<LocalDaemon>(io, host, std::move(ev));
+  auto d = std::make_unique<ChildDaemon>(io, host, std::move(ev));
   if (auto ok = d->start(srun_daemon_argv(srun_path, host, daemon_path, log_level), true); !ok)
     return Failure{ok.error()};
   return std::unique_ptr<DaemonLink>(std::move(d));
@@ -167,7 +167,7 @@ Result<std::unique_ptr<DaemonLink>> launch_srun_daemon(asio::io_context& io, con
 Result<std::unique_ptr<DaemonLink>> launch_local_daemon(asio::io_context& io, const std::string& host,
                                                         const std::string& daemon_path,
                                                         const std::string& log_level, DaemonEvents ev) {
-  auto d = std::make_unique<LocalDaemon>(io, host, std::move(ev));
+  auto d = std::make_unique<ChildDaemon>(io, host, std::move(ev));
   if (auto ok = d->start(daemon_argv(daemon_path, log_level), false); !ok) return Failure{ok.error()};
   return std::unique_ptr<DaemonLink>(std::move(d));
 }

@@ -1,7 +1,8 @@
 // The driver's handle on one host's elasticrund.
 //
 // DaemonLink turns the daemon's byte stream into events; subclasses own the
-// transport: a local child process on pipes (LocalDaemon, here), an SSH channel or a
+// transport: a child process on pipes (ChildDaemon, here: the daemon itself, or srun
+// running it on another node of a Slurm allocation), an SSH channel or a
 // TCP connection to a systemd daemon (tcp_daemon.h). Closing the link makes the daemon
 // kill its workers and exit.
 #pragma once
