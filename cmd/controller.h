@@ -176,6 +176,9 @@ class EpochController {
   const rendezvous::Membership& membership() const { return membership_; }
   // A worker finished its training: the job is ending.
   bool finishing() const { return finishing_; }
+  // A worker's elastic State reported a sync: the program keeps a committed state (one
+  // that a last checkpoint can save).
+  bool keeps_state() const { return syncs_reported_; }
   // The rank of the process running at the place (a stopping one before its
   // successor), for routing its output.
   std::optional<int> rank_at(const std::string& host, std::uint32_t slot) const;

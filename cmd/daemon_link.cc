@@ -58,6 +58,7 @@ void DaemonLink::dispatch(const Frame& f) {
     case msg::kExited: ev_.on_exited(host_, msg::parse<msg::Exited>(f)); return;
     case msg::kSpawnFailed: ev_.on_spawn_failed(host_, msg::parse<msg::SpawnFailed>(f)); return;
     case msg::kPortReserved: ev_.on_port_reserved(host_, msg::parse<msg::PortReserved>(f)); return;
+    case msg::kPreempted: ev_.on_preempted(host_, msg::parse<msg::Preempted>(f)); return;
     case msg::kHeartbeat: msg::parse<msg::Heartbeat>(f); return;  // on_frame noted the time
     default: throw wire::DecodeError(std::string("unexpected ") + msg::type_name(f.type) + " frame");
   }

@@ -27,6 +27,7 @@ struct DaemonEvents {
   std::function<void(const std::string& host, const msg::Exited&)> on_exited;
   std::function<void(const std::string& host, const msg::SpawnFailed&)> on_spawn_failed;
   std::function<void(const std::string& host, const msg::PortReserved&)> on_port_reserved;
+  std::function<void(const std::string& host, const msg::Preempted&)> on_preempted;
   // The link ended: after a shutdown (clean = true), or unexpectedly with a reason.
   std::function<void(const std::string& host, bool clean, const std::string& why)> on_closed;
 };

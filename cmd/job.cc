@@ -26,7 +26,7 @@ namespace asio = boost::asio;
 Job::Job(Options opts)
     : opts_(std::move(opts)), secret_(auth::random_secret()), controller_(ControllerConfig::of(opts_)),
       output_(opts_.output_dir), signals_(io_, SIGINT, SIGTERM, SIGHUP), controller_timer_(io_), stop_timer_(io_),
-      heartbeat_timer_(io_) {
+      heartbeat_timer_(io_), preempt_timer_(io_) {
   run_id_ = opts_.run_id;
   if (run_id_.empty()) {
     auto r = auth::random_secret();
@@ -201,6 +201,7 @@ DaemonEvents Job::daemon_events() {
       c.port_reserved(host, r.epoch, static_cast<int>(r.port), r.error, r.store);
     });
   };
+  ev.on_preempted = [this](const std::string& host, const msg::Preempted& p) { on_preempted(host, p); };
   ev.on_closed = [this](const std::string& host, bool clean, const std::string& why) {
     on_daemon_closed(host, clean, why);
   };
@@ -254,6 +255,7 @@ DaemonLink* Job::ensure_daemon(const std::string& host) {
                      static_cast<std::uint32_t>(heartbeat_interval().count()),
                      static_cast<std::uint32_t>(opts_.host_timeout.count())};
   config.preload = opts_.preload;
+  config.preempt_grace_ms = static_cast<std::uint32_t>(opts_.preempt_grace.count());
   link->send(config);
   DaemonLink* raw = link.get();
   daemons_[host] = std::move(link);
@@ -293,7 +295,18 @@ void Job::on_checkpoint(const rendezvous::WorkerPlace& p, const msg::CheckpointN
     fields["seconds"] = n.millis / 1000.0;
   }
   if (!n.detail.empty()) fields["reason"] = n.detail;
+  if (n.requested) fields["requested"] = true;
   events_.emit(kEvent[static_cast<int>(n.event)], fields);
+  // The checkpoint a SIGTERM waits for: written (or failed: there is nothing more to wait for).
+  if (preempting_ && n.requested && !controller_.finished()) {
+    preempt_timer_.cancel();
+    if (n.event == msg::CheckpointEvent::saved)
+      end_job(128 + SIGTERM, fmt::format("interrupted by SIGTERM; commit {} is in checkpoint {}; stopping all workers",
+                                         n.commit, n.path));
+    else if (n.event == msg::CheckpointEvent::failed)
+      end_job(128 + SIGTERM, "interrupted by SIGTERM; the last checkpoint failed (" + n.detail +
+                                 "); stopping all workers");
+  }
   switch (n.event) {
     case msg::CheckpointEvent::saved: break;
     case msg::CheckpointEvent::restored:
@@ -374,16 +387,64 @@ void Job::maybe_done() {
   for (auto& [h, d] : daemons_)
     if (!d->closed()) return;
   stop_timer_.cancel();
+  preempt_timer_.cancel();
   signals_.cancel();
   if (server_) server_->stop();
   io_.stop();
 }
 
-int Job::run() {
+// SIGINT and SIGHUP stop the job at once. SIGTERM, which schedulers send before their
+// SIGKILL (Slurm's scancel, preemption and time limit; Kubernetes deleting the pod), first
+// asks for a last checkpoint when there is a committed state to save and somewhere to
+// save it; a second signal stops the job at once.
+void Job::wait_signals() {
   signals_.async_wait([this](boost::system::error_code ec, int sig) {
     if (ec) return;
+    if (sig == SIGTERM && begin_preemption(sig)) return wait_signals();
+    preempt_timer_.cancel();
     end_job(128 + sig, fmt::format("interrupted by SIG{}; stopping all workers", sigabbrev_np(sig)));
   });
+}
+
+// Asks every worker for a checkpoint at its next commit (rank 0 writes it), unless
+// they were asked in the last second (every daemon of a cancelled job says so at once).
+bool Job::request_checkpoint(const std::string& why) {
+  if (opts_.preempt_grace.count() == 0 || !server_ || !controller_.keeps_state() || controller_.finished()) return false;
+  auto now = std::chrono::steady_clock::now();
+  if (checkpoint_asked_ && now - *checkpoint_asked_ < std::chrono::seconds(1)) return true;
+  checkpoint_asked_ = now;
+  server_->notify_all(msg::NotifyKind::checkpoint, why);
+  return true;
+}
+
+bool Job::begin_preemption(int sig) {
+  if (preempting_ || !request_checkpoint(fmt::format("SIG{}", sigabbrev_np(sig)))) return false;
+  preempting_ = true;
+  double grace = opts_.preempt_grace.count() / 1000.0;
+  events_.emit("preempting", {{"signal", sig}, {"grace", grace}});
+  fmt::print(stderr, "elasticrun: SIG{}: the workers' next commit is the last checkpoint; waiting up to {:.1f} s for it\n",
+             sigabbrev_np(sig), grace);
+  preempt_timer_.expires_after(opts_.preempt_grace);
+  preempt_timer_.async_wait([this, sig, grace](boost::system::error_code ec) {
+    if (ec) return;
+    end_job(128 + sig, fmt::format("interrupted by SIG{}; no checkpoint within {:.1f} s; stopping all workers",
+                                   sigabbrev_np(sig), grace));
+  });
+  return true;
+}
+
+// A daemon got a SIGTERM (Slurm signals every step's task; a pod being deleted): its
+// workers go on for --preempt-grace, and the job saves what it can meanwhile. The job
+// itself goes on: the host's workers leave when the grace is over, as any lost host's.
+void Job::on_preempted(const std::string& host, const msg::Preempted& p) {
+  events_.emit("host_preempted", {{"host", host}, {"signal", p.signal}});
+  bool asked = request_checkpoint(fmt::format("{}'s daemon got SIG{}", host, sigabbrev_np(p.signal)));
+  ER_LOG(driver, warn, "{}: its daemon got signal {}; its workers stop within {:.1f} s{}", host, p.signal,
+         opts_.preempt_grace.count() / 1000.0, asked ? "; asked the workers for a checkpoint" : "");
+}
+
+int Job::run() {
+  wait_signals();
   if (auto ok = start(); !ok) {
     end_job(exit_code::kLaunchFailed, ok.error());
   } else {

@@ -54,6 +54,11 @@ class Job {
   void on_report(const rendezvous::WorkerPlace& p, std::uint64_t epoch, std::int64_t step,
                  const nlohmann::json& metrics, rendezvous::ReportAnswer answer);
   void on_checkpoint(const rendezvous::WorkerPlace& p, const msg::CheckpointNote& n);
+  // Preemption (--preempt-grace): a SIGTERM asks the workers for a last checkpoint.
+  void wait_signals();
+  bool begin_preemption(int sig);
+  void on_preempted(const std::string& host, const msg::Preempted& p);
+  bool request_checkpoint(const std::string& why);
   void stop_everything(const std::string& message);
   void maybe_done();
   void heartbeat();
@@ -92,6 +97,11 @@ class Job {
   // controller_timer_ wakes the controller at its next deadline; stop_timer_ cuts off
   // daemons that do not stop; heartbeat_timer_ beats and watches the daemons.
   boost::asio::steady_timer controller_timer_, stop_timer_, heartbeat_timer_;
+  // Preemption: the driver's own SIGTERM waits on preempt_timer_ for the checkpoint it
+  // asked for (preempting_); checkpoint_asked_ is when the workers were last asked.
+  boost::asio::steady_timer preempt_timer_;
+  bool preempting_ = false;
+  std::optional<std::chrono::steady_clock::time_point> checkpoint_asked_;
   std::chrono::steady_clock::time_point last_tick_{}, last_beat_{};  // of the heartbeat timer
   // Events that arrive while commands are being carried out (a daemon that cannot
   // start) wait their turn: the controller sees one event at a time.

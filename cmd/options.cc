@@ -58,6 +58,7 @@ po::options_description build_description() {
       ("checkpoint-dir", po::value<std::string>(), "the elastic State also writes its committed state to DIR (on a filesystem every host sees); the job goes on from the newest intact checkpoint there when every worker holding its state is lost, and a new run with the same DIR resumes from it (default: $ELASTICRUN_CHECKPOINT_DIR)")
       ("checkpoint-every", po::value<long long>()->default_value(10), "with --checkpoint-dir: a checkpoint every N commits (0: not by count)")
       ("checkpoint-interval", po::value<double>()->default_value(60.0), "with --checkpoint-dir: a checkpoint at the first commit SECONDS after the last one (0: not by time)")
+      ("preempt-grace", po::value<double>()->default_value(20.0), "with --checkpoint-dir: on SIGTERM (elasticrun's own, or a daemon's: a scheduler ending the job), the workers' next commit is also a checkpoint; elasticrun waits up to SECONDS for it before stopping them (0: stop at once)")
       ("report-fd", po::value<std::string>(), "write each report of rank 0 as a JSON line to the connected socket N and read the decision (continue or stop) back from it (default: log reports, always continue)")
       ("min-np", po::value<int>(), "elastic: fewest workers to keep training with (default: -np)")
       ("max-np", po::value<int>(), "elastic: most workers to run (default: every slot offered)")
@@ -260,11 +261,17 @@ Result<void> parse_daemon(const po::variables_map& vm, Options& o) {
 // is a usage error before any worker runs.
 Result<void> parse_checkpoint(const po::variables_map& vm, Options& o) {
   o.checkpoint_dir = flag_or_env(vm, "checkpoint-dir", env::kCheckpointDir);
-  bool tuned = !vm["checkpoint-every"].defaulted() || !vm["checkpoint-interval"].defaulted();
+  bool tuned = !vm["checkpoint-every"].defaulted() || !vm["checkpoint-interval"].defaulted() ||
+               !vm["preempt-grace"].defaulted();
   if (o.checkpoint_dir.empty()) {
-    if (tuned) return fail("--checkpoint-every and --checkpoint-interval need --checkpoint-dir");
+    if (tuned) return fail("--checkpoint-every, --checkpoint-interval and --preempt-grace need --checkpoint-dir");
     return {};
   }
+  auto grace = seconds(vm, "preempt-grace", true);
+  if (!grace) return Failure{grace.error()};
+  if (*grace > std::chrono::milliseconds(msg::kMaxPreemptGraceMs))
+    return fail(fmt::format("--preempt-grace must be at most {} seconds", msg::kMaxPreemptGraceMs / 1000));
+  o.preempt_grace = *grace;
   o.checkpoint_every = vm["checkpoint-every"].as<long long>();
   if (o.checkpoint_every < 0) return fail("--checkpoint-every must be 0 (not by count) or more commits");
   auto interval = seconds(vm, "checkpoint-interval", true);

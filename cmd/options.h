@@ -87,6 +87,9 @@ struct Options {
   std::string checkpoint_dir;
   long long checkpoint_every = 10;                    // commits; 0: not by count
   std::chrono::milliseconds checkpoint_interval{60000};  // 0: not by time
+  // How long a SIGTERM (the driver's, or a daemon's: msg::Preempted) waits for the
+  // workers' last checkpoint before the workers are stopped; 0 without --checkpoint-dir.
+  std::chrono::milliseconds preempt_grace{0};
 };
 
 // What parse() decided: run a job, or print something and exit.

@@ -14,11 +14,17 @@ E enum_in(wire::Decoder& d, unsigned lo, unsigned hi, const char* what) {
   return static_cast<E>(v);
 }
 
+bool flag(wire::Decoder& d, const char* what) {
+  std::uint8_t v = d.u8();
+  if (v > 1) throw wire::DecodeError(fmt::format("{}: flag {} is neither 0 nor 1", what, v));
+  return v == 1;
+}
+
 }  // namespace
 
 Notify Notify::decode(wire::Decoder& d) {
   Notify n;
-  n.kind = enum_in<NotifyKind>(d, 1, 3, "notification kind");
+  n.kind = enum_in<NotifyKind>(d, 1, 4, "notification kind");
   n.epoch = d.u64();
   n.reason = d.str();
   return n;
@@ -40,18 +46,9 @@ CheckpointNote CheckpointNote::decode(wire::Decoder& d) {
   n.millis = d.u32();
   n.path = d.str();
   n.detail = d.str();
+  n.requested = flag(d, "checkpoint note");
   return n;
 }
-
-namespace {
-
-bool flag(wire::Decoder& d, const char* what) {
-  std::uint8_t v = d.u8();
-  if (v > 1) throw wire::DecodeError(fmt::format("{}: flag {} is neither 0 nor 1", what, v));
-  return v == 1;
-}
-
-}  // namespace
 
 ReservePort ReservePort::decode(wire::Decoder& d) {
   ReservePort r;
@@ -104,6 +101,7 @@ const char* type_name(std::uint8_t type) {
     case kHeartbeat: return "heartbeat";
     case kReservePort: return "reserve-port";
     case kPortReserved: return "port-reserved";
+    case kPreempted: return "preempted";
     default: return "unknown";
   }
 }

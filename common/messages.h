@@ -20,7 +20,7 @@ enum Type : std::uint8_t {
   kCheckpointNote = 28, kSynced,
   // driver <-> daemon
   kConfig = 30, kSpawn, kKill, kShutdown, kReady, kStarted, kOutput, kExited, kSpawnFailed, kHeartbeat,
-  kReservePort, kPortReserved,
+  kReservePort, kPortReserved, kPreempted,
 };
 
 struct Hello {
@@ -136,7 +136,10 @@ struct Ok {
   void encode(wire::Encoder& e) const { e.u64(req); }
   static Ok decode(wire::Decoder& d) { return {d.u64()}; }
 };
-enum class NotifyKind : std::uint8_t { abort = 1, hosts_updated = 2, shutdown = 3 };
+// checkpoint: the driver was told the job is being ended from outside (a scheduler's
+// SIGTERM): rank 0 writes its next commit to the durable checkpoints, whatever their
+// schedule. It concerns no epoch and interrupts nothing.
+enum class NotifyKind : std::uint8_t { abort = 1, hosts_updated = 2, shutdown = 3, checkpoint = 4 };
 struct Notify {
   static constexpr Type kType = kNotify;
   NotifyKind kind = NotifyKind::abort;
@@ -180,7 +183,8 @@ struct ReportReply {
 
 // What a worker's durable checkpointing did (elasticrun --checkpoint-dir), for the driver's
 // --events and its user; no reply. `path` is the checkpoint file; `detail` the error or
-// the reason a file was skipped.
+// the reason a file was skipped. `requested`: a save made because the driver asked for it
+// (NotifyKind::checkpoint), not by the schedule.
 enum class CheckpointEvent : std::uint8_t { saved = 1, restored = 2, skipped = 3, failed = 4 };
 struct CheckpointNote {
   static constexpr Type kType = kCheckpointNote;
@@ -188,8 +192,10 @@ struct CheckpointNote {
   std::uint64_t epoch = 0, commit = 0, bytes = 0;
   std::uint32_t millis = 0;
   std::string path, detail;
+  bool requested = false;
   void encode(wire::Encoder& e) const {
     e.u8(static_cast<std::uint8_t>(event)).u64(epoch).u64(commit).u64(bytes).u32(millis).str(path).str(detail);
+    e.u8(requested ? 1 : 0);
   }
   static CheckpointNote decode(wire::Decoder& d);
 };
@@ -212,8 +218,8 @@ struct Synced {
 // both messages there); 2: heartbeats both ways; 3: torchrun's environment (Spawn's
 // local_size, Exited's error file, ReservePort and PortReserved); 4: Config's preload
 // (the fork server's modules); 5: torch's store hosted beside the workers (ReservePort's
-// host_store, PortReserved's store).
-inline constexpr std::uint32_t kControlProtocol = 5;
+// host_store, PortReserved's store); 6: preemption (Config's preempt_grace_ms, Preempted).
+inline constexpr std::uint32_t kControlProtocol = 6;
 
 // The protocol field has one encoding per version, so that one frame reads one way only
 // (both messages are authenticated, and a receiver must not see what the sender did not
@@ -248,20 +254,26 @@ struct Config {
   // forks of it (elasticrun --preload; daemon/fork_server.h); none: workers are exec'd.
   // Each a dotted module name (is_dotted_module_name), checked by the daemon.
   std::vector<std::string> preload;
-  // Versions 2 and 3 end after the heartbeat settings, 4 after the preload: they decode
-  // whole, so that the daemon refuses such a driver by its version's number, as it does
-  // version 1.
+  // How long the daemon keeps its workers after a SIGTERM of its own (a scheduler ending
+  // the job or its node), having told the driver with Preempted, so that the job can
+  // write a last checkpoint (elasticrun --preempt-grace); 0: it stops them at once.
+  std::uint32_t preempt_grace_ms = 0;
+  // Versions 2 and 3 end after the heartbeat settings, 4 and 5 after the preload: they
+  // decode whole, so that the daemon refuses such a driver by its version's number, as
+  // it does version 1.
   void encode(wire::Encoder& e) const {
     e.bytes(secret).str(rendezvous_addr).str(host).str(cwd);
     encode_protocol(e, protocol);
     if (protocol >= 2 && protocol <= kControlProtocol) e.u32(heartbeat_ms).u32(host_timeout_ms);
     if (protocol >= 4 && protocol <= kControlProtocol) e.strings(preload);
+    if (protocol >= 6 && protocol <= kControlProtocol) e.u32(preempt_grace_ms);
   }
   static Config decode(wire::Decoder& d) {
     Config c{d.bytes(), d.str(), d.str(), d.str()};
     c.protocol = decode_protocol(d);
     if (c.protocol >= 2 && c.protocol <= kControlProtocol) c.heartbeat_ms = d.u32(), c.host_timeout_ms = d.u32();
     if (c.protocol >= 4 && c.protocol <= kControlProtocol) c.preload = d.strings();
+    if (c.protocol >= 6 && c.protocol <= kControlProtocol) c.preempt_grace_ms = d.u32();
     return c;
   }
 };
@@ -394,6 +406,18 @@ struct PortReserved {
   void encode(wire::Encoder& e) const { e.u64(epoch).u32(port).str(error).u8(store ? 1 : 0); }
   static PortReserved decode(wire::Decoder& d);
 };
+// Daemon to driver: the daemon got `signal` (SIGTERM: a scheduler ending the job, the
+// node or the pod) and keeps its workers for Config::preempt_grace_ms, unless the
+// driver stops them sooner. The driver asks for a last checkpoint.
+struct Preempted {
+  static constexpr Type kType = kPreempted;
+  std::int32_t signal = 15;
+  void encode(wire::Encoder& e) const { e.i32(signal); }
+  static Preempted decode(wire::Decoder& d) { return {d.i32()}; }
+};
+// The longest Config::preempt_grace_ms a daemon accepts.
+inline constexpr std::uint32_t kMaxPreemptGraceMs = 3600u * 1000u;
+
 // The accepted range of Config's two settings.
 inline constexpr std::uint32_t kMinHeartbeatMs = 50, kMaxHostTimeoutMs = 86400u * 1000u;
 

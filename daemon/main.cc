@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include <csignal>
+#include <functional>
 #include <cstring>
 #include <cstdio>
 #include <filesystem>
@@ -83,12 +84,20 @@ int run_stdio(elasticrun::daemon::SupervisorOptions options) {
         io.stop();
       },
       std::move(options));
+  // SIGTERM is how schedulers end a job (Slurm's scancel, preemption and time limit
+  // signal every step's task: this daemon under srun, not its workers). Where the driver
+  // asked for it (Config::preempt_grace_ms) the workers keep running a while, for the
+  // job's last checkpoint; a second signal, or any other, stops them at once.
   boost::asio::signal_set signals(io, SIGINT, SIGTERM, SIGHUP);
-  signals.async_wait([&](boost::system::error_code ec, int sig) {
-    if (ec) return;
-    ER_LOG(daemon, info, "received signal {}; stopping all workers", sig);
-    sup.stop(std::chrono::milliseconds(2000), 128 + sig);
-  });
+  std::function<void()> wait_signal = [&] {
+    signals.async_wait([&](boost::system::error_code ec, int sig) {
+      if (ec) return;
+      if (sig == SIGTERM && sup.defer_stop(sig)) return wait_signal();
+      ER_LOG(daemon, info, "received signal {}; stopping all workers", sig);
+      sup.stop(std::chrono::milliseconds(2000), 128 + sig);
+    });
+  };
+  wait_signal();
   sup.start();
   io.run();
   return exit_code;

@@ -27,7 +27,7 @@ Supervisor::Supervisor(asio::io_context& io, int in_fd, int out_fd, std::functio
                        SupervisorOptions options)
     : io_(io), stream_(io, in_fd, out_fd, *this),
       on_done_(std::move(on_done)), options_(std::move(options)), kill_timer_(io), watchdog_(io), beat_timer_(io),
-      flush_timer_(io),
+      flush_timer_(io), preempt_timer_(io),
       error_files_(shm_dirs::errors_path(::getpid())) {
   if (!options_.state_dir.empty()) record_ = std::make_unique<JobRecord>(options_.state_dir);
   launcher_ = make_process_launcher(io, worker_events());
@@ -170,6 +170,9 @@ void Supervisor::handle(const Frame& f) {
           config_->host_timeout_ms < 2ull * config_->heartbeat_ms)
         throw wire::DecodeError(fmt::format("bad heartbeat settings: timeout {} ms, interval {} ms",
                                             config_->host_timeout_ms, config_->heartbeat_ms));
+      if (config_->preempt_grace_ms > msg::kMaxPreemptGraceMs)
+        throw wire::DecodeError(fmt::format("preemption grace {} ms is over the most, {} ms", config_->preempt_grace_ms,
+                                            msg::kMaxPreemptGraceMs));
       for (const auto& m : config_->preload)
         if (!is_dotted_module_name(m)) throw wire::DecodeError(fmt::format("bad preload module name '{}'", m));
       // No worker runs before the config: the launcher can still be chosen.
@@ -307,7 +310,24 @@ void Supervisor::on_reserve_port(const msg::ReservePort& r) {
   });
 }
 
+bool Supervisor::defer_stop(int signal) {
+  if (stopping_ || preempted_ || !config_ || config_->preempt_grace_ms == 0 || out_broken_) return false;
+  preempted_ = true;
+  auto grace = std::chrono::milliseconds(config_->preempt_grace_ms);
+  ER_LOG(daemon, info, "received signal {}; the workers keep running up to {:.1f} s for the job's last checkpoint",
+         signal, grace.count() / 1000.0);
+  send(msg::Preempted{signal});
+  preempt_timer_.expires_after(grace);
+  preempt_timer_.async_wait([this, signal](boost::system::error_code ec) {
+    if (ec || stopping_) return;
+    ER_LOG(daemon, info, "the preemption grace is over; stopping all workers");
+    stop(std::chrono::milliseconds(2000), 128 + signal);
+  });
+  return true;
+}
+
 void Supervisor::stop(std::chrono::milliseconds grace, int exit_code) {
+  preempt_timer_.cancel();
   launcher_->resume_output();  // with nobody to send it to, output is read and dropped
   if (stopping_) {
     finish_if_idle();

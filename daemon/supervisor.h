@@ -45,6 +45,11 @@ class Supervisor : private FramedStream::Handler {
   // Stop every worker, then finish with `exit_code`. The workers' shared-memory and
   // error-file directories go at once (their mappings and open files stay valid).
   void stop(std::chrono::milliseconds grace, int exit_code);
+  // The daemon got `signal` from outside (a scheduler's SIGTERM): where the driver's
+  // config gives a preemption grace, tells the driver (Preempted) and keeps the workers
+  // for that long or until the driver stops them, and returns true; otherwise (no
+  // grace, no config yet, already stopping or deferred once) returns false: stop now.
+  bool defer_stop(int signal);
 
  private:
   void release_shared_memory();
@@ -83,8 +88,9 @@ class Supervisor : private FramedStream::Handler {
   std::optional<msg::Config> config_;
   bool out_broken_ = false;
   bool stopping_ = false;
+  bool preempted_ = false;  // defer_stop took a signal
   int exit_code_ = 0;
-  boost::asio::steady_timer kill_timer_, watchdog_, beat_timer_, flush_timer_;
+  boost::asio::steady_timer kill_timer_, watchdog_, beat_timer_, flush_timer_, preempt_timer_;
   std::uint64_t drains_ = 0;  // times the write queue ran empty (on_stream_drained)
   // Silence from the driver tolerated: msg::kConfigTimeout until the config sets it.
   std::chrono::milliseconds driver_timeout_ = msg::kConfigTimeout;

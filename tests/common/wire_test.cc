@@ -238,6 +238,12 @@ TEST(Messages, CheckpointNoteRoundTripsAndRejectsUnknownEvents) {
   EXPECT_EQ(back.millis, 17u);
   EXPECT_EQ(back.path, n.path);
   EXPECT_EQ(back.detail, n.detail);
+  EXPECT_FALSE(back.requested);
+  n.requested = true;
+  EXPECT_TRUE(msg::parse<msg::CheckpointNote>(msg::to_frame(n)).requested);
+  auto two = msg::to_frame(n);
+  two.payload.back() = 2;
+  EXPECT_THROW(msg::parse<msg::CheckpointNote>(two), wire::DecodeError);
   for (std::uint8_t bad : {0, 5}) {
     auto f = msg::to_frame(n);
     f.payload[0] = bad;
@@ -248,7 +254,9 @@ TEST(Messages, CheckpointNoteRoundTripsAndRejectsUnknownEvents) {
 TEST(Messages, ConfigAndReadyCarryTheControlProtocol) {
   msg::Config c{wire::Bytes(32, 5), "10.0.0.1:1", "h", "/", 250, 1000};
   c.preload = {"torch", "torch.distributed"};
+  c.preempt_grace_ms = 20000;
   auto back = msg::parse<msg::Config>(msg::to_frame(c));
+  EXPECT_EQ(back.preempt_grace_ms, 20000u);
   EXPECT_EQ(back.protocol, msg::kControlProtocol);
   EXPECT_EQ(back.heartbeat_ms, 250u);
   EXPECT_EQ(back.host_timeout_ms, 1000u);
@@ -295,6 +303,10 @@ TEST(Messages, OtherProtocolVersionsDecodeToTheirNumber) {
   wire::Encoder no_preload;
   no_preload.bytes(wire::Bytes(32, 5)).str("a").str("h").str("/").u32(msg::kControlProtocol).u32(250).u32(1000);
   EXPECT_THROW(msg::parse<msg::Config>(Frame{msg::kConfig, no_preload.take()}), wire::DecodeError);
+  wire::Encoder no_grace;
+  no_grace.bytes(wire::Bytes(32, 5)).str("a").str("h").str("/").u32(msg::kControlProtocol).u32(250).u32(1000).strings(
+      {});
+  EXPECT_THROW(msg::parse<msg::Config>(Frame{msg::kConfig, no_grace.take()}), wire::DecodeError);
 }
 
 TEST(Messages, AnEarlierVersionsConfigDecodesWholeToItsNumber) {
@@ -311,14 +323,26 @@ TEST(Messages, AnEarlierVersionsConfigDecodesWholeToItsNumber) {
     EXPECT_TRUE(c.preload.empty());
     EXPECT_EQ(msg::to_frame(c).payload, f.payload) << v;
   }
-  // Version 4 ended after the preload list.
-  wire::Encoder e;
-  e.bytes(wire::Bytes(32, 5)).str("a").str("h").str("/").u32(4).u32(250).u32(1000).strings({"torch"});
-  Frame f{msg::kConfig, e.take()};
-  auto c = msg::parse<msg::Config>(f);
-  EXPECT_EQ(c.protocol, 4u);
-  EXPECT_EQ(c.preload, (std::vector<std::string>{"torch"}));
-  EXPECT_EQ(msg::to_frame(c).payload, f.payload);
+  // Versions 4 and 5 ended after the preload list.
+  for (std::uint32_t v : {4u, 5u}) {
+    wire::Encoder e;
+    e.bytes(wire::Bytes(32, 5)).str("a").str("h").str("/").u32(v).u32(250).u32(1000).strings({"torch"});
+    Frame f{msg::kConfig, e.take()};
+    auto c = msg::parse<msg::Config>(f);
+    EXPECT_EQ(c.protocol, v);
+    EXPECT_EQ(c.preload, (std::vector<std::string>{"torch"}));
+    EXPECT_EQ(c.preempt_grace_ms, 0u);
+    EXPECT_EQ(msg::to_frame(c).payload, f.payload) << v;
+  }
+}
+
+TEST(Messages, PreemptedAndTheCheckpointNotice) {
+  EXPECT_EQ(msg::parse<msg::Preempted>(msg::to_frame(msg::Preempted{15})).signal, 15);
+  msg::Notify n{msg::NotifyKind::checkpoint, 4, "SIGTERM"};
+  EXPECT_EQ(msg::parse<msg::Notify>(msg::to_frame(n)).kind, msg::NotifyKind::checkpoint);
+  auto f = msg::to_frame(n);
+  f.payload[0] = 5;
+  EXPECT_THROW(msg::parse<msg::Notify>(f), wire::DecodeError);
 }
 
 TEST(Auth, ProofsDependOnSecretNoncesAndRole) {

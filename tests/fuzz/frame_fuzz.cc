@@ -129,6 +129,7 @@ void parse_all(const Frame& f) {
     case msg::kHeartbeat: try_parse<msg::Heartbeat>(f); break;
     case msg::kReservePort: try_parse<msg::ReservePort>(f); break;
     case msg::kPortReserved: try_parse<msg::PortReserved>(f); break;
+    case msg::kPreempted: try_parse<msg::Preempted>(f); break;
     default: break;
   }
   if (f.type == msg::kLeave) try_parse<msg::Ok>(f);

@@ -614,15 +614,17 @@ def test_systemd_unit_command_line_starts_the_daemon(tmp_path):
 
 # ---- the daemon's watchdog: a driver that falls silent is taken for gone ----
 
-CONTROL_PROTOCOL = 5  # msg::kControlProtocol
+CONTROL_PROTOCOL = 6  # msg::kControlProtocol
 
 
-def config_frame(heartbeat_ms=1000, timeout_ms=10000, protocol=CONTROL_PROTOCOL, preload=()):
+def config_frame(heartbeat_ms=1000, timeout_ms=10000, protocol=CONTROL_PROTOCOL, preload=(), preempt_grace_ms=0):
     payload = field(secrets.token_bytes(32)) + field(b"127.0.0.1:1") + field(b"localhost") + field(b"/")
     if protocol > 1:  # version 1 ended the frame here
         payload += struct.pack("<III", protocol, heartbeat_ms, timeout_ms)
     if protocol >= 4:  # the preload list (versions 2 and 3 ended the frame before it)
         payload += struct.pack("<I", len(preload)) + b"".join(field(m.encode()) for m in preload)
+    if protocol >= 6:  # the preemption grace (versions 4 and 5 ended the frame before it)
+        payload += struct.pack("<I", preempt_grace_ms)
     return frame(30, payload)
 
 
@@ -675,6 +677,14 @@ def test_daemon_rejects_bad_heartbeat_settings(job, heartbeat_ms, timeout_ms):
     assert d.returncode == 1
     assert b"rejected malformed config frame: bad heartbeat settings" in err, err
     assert not [p for p in our_processes(job.tag) if p != d.pid]
+
+
+def test_daemon_rejects_a_preemption_grace_over_an_hour(job):
+    d = subprocess.Popen([str(ELASTICRUND), "--stdio"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, env=job.env())
+    _, err = d.communicate(config_frame(preempt_grace_ms=3600 * 1000 + 1), timeout=10)
+    assert d.returncode == 1
+    assert b"rejected malformed config frame: preemption grace 3600001 ms is over the most, 3600000 ms" in err, err
 
 
 @pytest.mark.parametrize("name", ["", "torch-x", "os;import sys", "a..b", "1st"])

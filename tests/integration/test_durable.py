@@ -120,7 +120,7 @@ def test_bad_checkpoint_flags_are_usage_errors(job, tmp_path):
     for args, want in [
         (["--checkpoint-dir", "/proc/elasticrun-ck"], "--checkpoint-dir: cannot create '/proc/elasticrun-ck'"),
         (["--checkpoint-dir", tmp_path / "file"], "--checkpoint-dir: cannot create"),
-        (["--checkpoint-every", 5], "--checkpoint-every and --checkpoint-interval need --checkpoint-dir"),
+        (["--checkpoint-every", 5], "--checkpoint-every, --checkpoint-interval and --preempt-grace need --checkpoint-dir"),
         (["--checkpoint-dir", tmp_path / "ck", "--checkpoint-every", 0, "--checkpoint-interval", 0],
          "no checkpoint would ever be written"),
         (["--checkpoint-dir", tmp_path / "ck", "--checkpoint-every", -1], "--checkpoint-every must be"),

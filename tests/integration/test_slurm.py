@@ -3,7 +3,8 @@ this namespace, one slurmd in each namespace host of scripts/testcluster, munge)
 come from the allocation's environment and the daemons start as job steps through srun,
 under salloc and under sbatch; an elastic job follows the nodes Slurm drains and resumes
 (scripts/discovery/slurm) without losing committed state; scancel leaves no process of the
-job on any node."""
+job on any node, and with --checkpoint-dir a checkpoint of the last commit that the next
+allocation resumes from."""
 import os
 import re
 import subprocess
@@ -24,7 +25,10 @@ SGD = EXAMPLES / "elastic_sgd"
 @pytest.fixture(scope="module")
 def slurm():
     """The Slurm cluster's environment (SLURM_CONF ...), up for this module."""
-    r = subprocess.run([str(SLURMCLUSTER), "up", "3", "--cpus", "2"], capture_output=True, text=True, timeout=180)
+    # KillWait: the SIGKILL comes 10 s after a cancel's SIGTERM, room for the preemption tests'
+    # last checkpoint (--preempt-grace 5 and the workers' stop).
+    r = subprocess.run([str(SLURMCLUSTER), "up", "3", "--cpus", "2"], capture_output=True, text=True, timeout=180,
+                       env={**os.environ, "SLURMCLUSTER_KILL_WAIT": "10"})
     if r.returncode == 77:
         skip_unless_required("netns", "no Slurm cluster here: " + (r.stderr.strip().splitlines() or ["exit 77"])[-1])
     assert r.returncode == 0, r.stderr
@@ -143,7 +147,7 @@ def test_scancel_leaves_no_process_on_any_node(job, slurm, tmp_path):
     """A long batch job on 3 nodes, cancelled with scancel once its workers run on every
     node: within 20 s no process of it (driver, daemons, workers: found by the job's tag
     in their environment) is left on any node, and (the job fixture's check) nothing in
-    /dev/shm, although Slurm SIGKILLs whatever is left 2 s after its SIGTERM (KillWait).
+    /dev/shm; Slurm would SIGKILL whatever is left only 10 s after its SIGTERM (KillWait).
     The batch script execs elasticrun, as the README says to: scancel's SIGTERM goes to
     the batch shell only."""
     script = tmp_path / "job.sh"
@@ -214,3 +218,101 @@ wait $pid; echo "elasticrun exit $?"
     released = [e for e in job.events(events2) if e["event"] == "hosts_released"]
     assert released and len(released[0]["hosts"]) == 1, job.events(events2)
     assert "nodes 2" in r.stdout, r.stdout
+
+
+def wait_gone(env, job_id, timeout=60):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        q = subprocess.run(["squeue", "-h", "-j", job_id], capture_output=True, text=True, env=env, timeout=30)
+        if not q.stdout.strip():
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"job {job_id} still in squeue after {timeout} s")
+
+
+def wait_for_progress(progress, step, timeout=60):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if int(progress.read_text().strip() or 0) >= step:
+                return
+        except (FileNotFoundError, ValueError):
+            pass
+        time.sleep(0.05)
+    raise AssertionError(f"step {step} not reached in {timeout} s")
+
+
+PREEMPT_ARGS = ["--steps", 600, "--dim", 64, "--batch", 48, "--commit-every", 5]
+ONLY_ON_REQUEST = ["--checkpoint-every", 0, "--checkpoint-interval", 3600, "--preempt-grace", 5]
+
+
+def test_scancel_of_a_batch_job_leaves_a_checkpoint_that_the_next_allocation_resumes(job, slurm, tmp_path):
+    """scancel (as preemption and the time limit do) sends SIGTERM to the batch script's
+    elasticrun and to the daemons' steps, SIGKILL 10 s later. The driver asks for a last
+    checkpoint (none is due by count or time here) and stops once it is written, before
+    the SIGKILL; a new allocation with the same --checkpoint-dir restores that commit and
+    ends with the model of an uninterrupted run."""
+    ck, ev, progress, out_file = tmp_path / "ck", tmp_path / "events", tmp_path / "progress", tmp_path / "slurm.out"
+    script = tmp_path / "job.sh"
+    script.write_text(f"""#!/bin/sh
+#SBATCH -N3 -o {out_file}
+exec {ELASTICRUN} --events {ev} --checkpoint-dir {ck} {' '.join(map(str, ONLY_ON_REQUEST))} \\
+    {SGD} {' '.join(map(str, PREEMPT_ARGS))} --step-ms 20 --progress-file {progress}
+""")
+    env = slurm_env(job, slurm)
+    r = subprocess.run(["sbatch", "--parsable", str(script)], capture_output=True, text=True, env=env, timeout=30)
+    assert r.returncode == 0, r.stderr
+    job_id = r.stdout.strip().split(";")[0]
+    wait_for_progress(progress, 50)
+    cancelled = time.monotonic()
+    subprocess.run(["scancel", job_id], check=True, env=env, timeout=30)
+    wait_gone(env, job_id)
+    events = job.events(ev)
+    kinds = [e["event"] for e in events]
+    text = out_file.read_text()
+    assert "preempting" in kinds, (kinds, text[-2000:])
+    saved = [e for e in events if e["event"] == "checkpoint_saved"]
+    assert len(saved) == 1 and saved[0]["requested"], saved
+    finished = [e for e in events if e["event"] == "job_finished"]
+    assert finished and finished[0]["status"] == 143, finished
+    # Done before Slurm's SIGKILL: the driver wrote its last event itself.
+    assert finished[0]["t"] - [e for e in events if e["event"] == "preempting"][0]["t"] < 5, events[-5:]
+    commit = saved[0]["commit"]
+    assert commit >= 10, saved
+    assert f"commit {commit} is in checkpoint {ck}/" in text, text[-2000:]
+    print(f"scancel -> checkpoint of commit {commit} in {saved[0]['t'] - events[kinds.index('preempting')]['t']:.3f} s; "
+          f"job gone from squeue {time.monotonic() - cancelled:.1f} s after scancel")
+
+    r = subprocess.run(["salloc", "-N3", str(ELASTICRUN), "--checkpoint-dir", str(ck), str(SGD),
+                        *map(str, PREEMPT_ARGS)], capture_output=True, text=True, env=env, timeout=180)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert f"rank 0 restored commit {commit} from {ck}/" in r.stderr, r.stderr[-2000:]
+    assert finals(r.stdout) == [reference(PREEMPT_ARGS)] * 3, r.stdout[-2000:]
+
+
+def test_scancel_under_salloc_asks_for_the_checkpoint_through_the_daemons(job, slurm, tmp_path):
+    """salloc does not signal its command when the allocation is revoked: only the
+    daemons' steps get SIGTERM. Each tells the driver, which asks for the checkpoint; it is
+    written before the daemons stop their workers, and nothing of the job is left."""
+    ck, ev, progress = tmp_path / "ck", tmp_path / "events", tmp_path / "progress"
+    env = slurm_env(job, slurm)
+    p = subprocess.Popen(["salloc", "-N3", str(ELASTICRUN), "--events", str(ev), "--checkpoint-dir", str(ck),
+                          *map(str, ONLY_ON_REQUEST), str(SGD), *map(str, PREEMPT_ARGS), "--step-ms", "20",
+                          "--progress-file", str(progress)],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    wait_for_progress(progress, 50)
+    job_id = subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True, text=True, env=env,
+                            timeout=30).stdout.split()[0]
+    subprocess.run(["scancel", job_id], check=True, env=env, timeout=30)
+    out, err = p.communicate(timeout=90)
+    events = job.events(ev)
+    preempted = sorted(e["host"] for e in events if e["event"] == "host_preempted")
+    assert preempted == NODES, (preempted, err[-2000:])
+    saved = [e for e in events if e["event"] == "checkpoint_saved"]
+    assert len(saved) == 1 and saved[0]["requested"] and saved[0]["commit"] >= 10, saved
+    lost = [e for e in events if e["event"] == "worker_exited"]
+    assert lost and min(e["t"] for e in lost) > saved[0]["t"], (saved, lost[:3])
+    deadline = time.monotonic() + 20
+    while our_processes(job.tag) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not our_processes(job.tag)

@@ -16,13 +16,20 @@ std::unique_ptr<Durable> Durable::from_settings(Context& ctx) {
   auto cfg = collective::settings::checkpoint();
   if (!cfg) return nullptr;
   Notify notify;
-  if (auto client = ContextInternals::client(ctx))
+  Requests requests;
+  if (auto client = ContextInternals::client(ctx)) {
     notify = [client](const msg::CheckpointNote& n) { (void)client->note(n); };
-  return std::make_unique<Durable>(ctx, std::move(*cfg), std::move(notify));
+    requests = [client] { return client->checkpoint_requests(); };
+  }
+  return std::make_unique<Durable>(ctx, std::move(*cfg), std::move(notify), std::move(requests));
 }
 
-Durable::Durable(Context& ctx, collective::settings::Checkpoint cfg, Notify notify)
-    : ctx_(ctx), cfg_(std::move(cfg)), notify_(std::move(notify)), last_time_(Clock::now()) {
+Durable::Durable(Context& ctx, collective::settings::Checkpoint cfg, Notify notify, Requests requests)
+    : ctx_(ctx),
+      cfg_(std::move(cfg)),
+      notify_(std::move(notify)),
+      requests_(std::move(requests)),
+      last_time_(Clock::now()) {
   thread_ = std::thread([this] { writer(); });
 }
 
@@ -39,9 +46,11 @@ std::uint64_t Durable::epoch() const { return ctx_.topology().epoch; }
 
 bool Durable::due(std::uint64_t commit) {
   if (ctx_.comm().rank() != 0) return false;
+  requests_due_ = requests_ ? requests_() : 0;
+  bool by_request = requests_due_ > requests_served_;
   bool by_count = cfg_.every > 0 && commit >= last_commit_ + cfg_.every;
   bool by_time = cfg_.interval.count() > 0 && Clock::now() - last_time_ >= cfg_.interval;
-  return by_count || by_time;
+  return by_request || by_count || by_time;
 }
 
 void Durable::save(std::uint64_t commit, const std::string& kind, std::vector<ckpt::Item> items,
@@ -57,9 +66,13 @@ void Durable::save(std::uint64_t commit, const std::string& kind, std::vector<ck
       std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
           .count());
   job.payload = std::move(payload);
+  job.requested = requests_due_ > requests_served_;
+  requests_served_ = std::max(requests_served_, requests_due_);
   {
     std::lock_guard lock(mu_);
-    // A job not yet taken is replaced by this newer one; its buffer is reused.
+    // A job not yet taken is replaced by this newer one (which answers its request too);
+    // its buffer is reused.
+    if (job_ && job_->requested) job.requested = true;
     payload = job_ ? std::move(job_->payload) : std::move(spare_);
     job_ = std::move(job);
     busy_ = true;
@@ -84,10 +97,12 @@ void Durable::writer() {
     if (written) {
       ER_LOG(collective, info, "durable checkpoint of commit {} ({} bytes) in {} ms: {}", job.manifest.commit,
              job.payload.size(), took.count(), *written);
-      tell(msg::CheckpointEvent::saved, job.manifest.epoch, job.manifest.commit, job.payload.size(), took, *written, "");
+      tell(msg::CheckpointEvent::saved, job.manifest.epoch, job.manifest.commit, job.payload.size(), took, *written, "",
+           job.requested);
     } else {
       ER_LOG(collective, error, "durable checkpoint of commit {} failed: {}", job.manifest.commit, written.error());
-      tell(msg::CheckpointEvent::failed, job.manifest.epoch, job.manifest.commit, job.payload.size(), took, cfg_.dir, written.error());
+      tell(msg::CheckpointEvent::failed, job.manifest.epoch, job.manifest.commit, job.payload.size(), took, cfg_.dir,
+           written.error(), job.requested);
     }
     lock.lock();
     spare_ = std::move(job.payload);
@@ -104,7 +119,8 @@ void Durable::drain() {
 // Also called by the writer thread: everything it says comes in the arguments (the
 // Context may be re-joining meanwhile, or gone).
 void Durable::tell(msg::CheckpointEvent event, std::uint64_t epoch, std::uint64_t commit, std::uint64_t bytes,
-                   std::chrono::milliseconds took, const std::string& path, const std::string& detail) {
+                   std::chrono::milliseconds took, const std::string& path, const std::string& detail,
+                   bool requested) {
   if (!notify_) return;
   msg::CheckpointNote n;
   n.event = event;
@@ -114,6 +130,7 @@ void Durable::tell(msg::CheckpointEvent event, std::uint64_t epoch, std::uint64_
   n.millis = static_cast<std::uint32_t>(std::min<long long>(took.count(), UINT32_MAX));
   n.path = path;
   n.detail = detail;
+  n.requested = requested;
   notify_(n);
 }
 

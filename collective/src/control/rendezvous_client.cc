@@ -174,8 +174,13 @@ void RendezvousClient::reader() {
 
 // A notice about an epoch we already joined (or an older one) is stale and ignored.
 // Hosts-updated only flags the news: the current epoch's collectives keep working until
-// the worker re-joins at its next commit. Abort and shutdown interrupt every wait.
+// the worker re-joins at its next commit. Abort and shutdown interrupt every wait. A
+// checkpoint request concerns no epoch: it is counted whatever its number.
 void RendezvousClient::on_notify(const msg::Notify& n) {
+  if (n.kind == msg::NotifyKind::checkpoint) {
+    checkpoint_requests_.fetch_add(1);
+    return;
+  }
   std::uint64_t prev = announced_epoch_.load();
   while (n.epoch > prev && !announced_epoch_.compare_exchange_weak(prev, n.epoch)) {
   }

@@ -4,7 +4,8 @@
 // epoch, then use it as the communicator's Store (address exchange) and for
 // barriers. A reader thread owns the socket's input: it routes replies to the
 // waiting callers by request id and turns pushed notifications (abort,
-// hosts-updated, shutdown) into the AbortSignal, which interrupts every wait. If the
+// hosts-updated, shutdown) into the AbortSignal, which interrupts every wait; a
+// checkpoint request is only counted, for the durable checkpoints (api/durable.h). If the
 // connection drops, the signal is raised too: a worker never waits on a dead server.
 // A heartbeat thread sends a heartbeat as often as the server asked in its JoinOk,
 // whatever the program's own threads are doing (a long step, a blocked collective): the
@@ -51,6 +52,9 @@ class RendezvousClient final : public Store {
   msg::JoinOk rejoin(std::uint64_t min_epoch, Clock::time_point deadline);
   // The newest epoch the server announced as hosts-updated (0 if none newer than ours).
   bool hosts_updated() const { return updated_epoch_.load() > joined_epoch_.load(); }
+  // How many times the driver asked for a checkpoint at the next commit
+  // (NotifyKind::checkpoint: the job is being ended from outside).
+  std::uint64_t checkpoint_requests() const { return checkpoint_requests_.load(); }
   // The newest epoch any notification announced.
   std::uint64_t announced_epoch() const { return announced_epoch_.load(); }
   void set(const std::string& key, const Bytes& value) override;
@@ -99,6 +103,7 @@ class RendezvousClient final : public Store {
   std::string closed_why_;
   msg::JoinOk joined_;
   std::atomic<std::uint64_t> joined_epoch_{0}, updated_epoch_{0}, announced_epoch_{0}, aborted_epoch_{0};
+  std::atomic<std::uint64_t> checkpoint_requests_{0};
   std::thread reader_;
   // The heartbeat thread; beat_stop_ (under beat_mu_) ends it.
   std::mutex beat_mu_;
