@@ -6,6 +6,7 @@ uninterrupted run."""
 import json
 import os
 import signal
+import time
 
 from conftest import HERE, run_python, start_python, wait_for_checkpoints, workers_of
 from test_elastic_state import reference
@@ -58,3 +59,32 @@ def test_torch_state_resumes_in_a_new_run(job, tmp_path):
     assert len(restored) == 1 and restored[0]["commit"] >= 5, restored
     first = [l for l in r.stdout.splitlines() if "committed step" in l][0]
     assert int(first.rsplit(" ", 1)[1]) == restored[0]["commit"] + 1, (first, restored)
+
+
+def test_torch_state_sigterm_leaves_a_checkpoint_of_the_next_commit(job, tmp_path):
+    """elasticrun gets SIGTERM (a scheduler ending the job) with no checkpoint due by count
+    or time: the Python State's next commit is written all the same (checkpoint_due goes
+    through the library's Durable), elasticrun exits 143, and a new run goes on from that
+    commit to exactly the parameters of an uninterrupted run."""
+    ck, ev = tmp_path / "ck", tmp_path / "events"
+    hosts = ["-H", "localhost:1,127.0.0.2:1"]
+    want = run_python(job, hosts, TORCH, 60)
+    assert want.returncode == 0, want.stderr[-3000:]
+    want = finals(want.stdout)
+    p = start_python(job, [*hosts, "--events", ev, "--checkpoint-dir", ck, "--checkpoint-every", 0,
+                           "--checkpoint-interval", 3600, "--preempt-grace", 10], TORCH, 60, "--step-ms", 30)
+    deadline = time.monotonic() + 60
+    while not (ev.exists() and events_of(ev, "state_synced")) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.5)
+    p.send_signal(signal.SIGTERM)
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 143, err[-3000:]
+    saved = events_of(ev, "checkpoint_saved")
+    assert len(saved) == 1 and saved[0]["requested"] is True and saved[0]["commit"] >= 1, saved
+    assert not finals(out), out[-1000:]
+    r = run_python(job, [*hosts, "--checkpoint-dir", ck], TORCH, 60)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert finals(r.stdout) == want, (finals(r.stdout), want, r.stderr[-2000:])
+    first = [l for l in r.stdout.splitlines() if "committed step" in l][0]
+    assert int(first.rsplit(" ", 1)[1]) == saved[0]["commit"] + 1, (first, saved)
