@@ -5,6 +5,7 @@ under salloc and under sbatch; an elastic job follows the nodes Slurm drains and
 (scripts/discovery/slurm) without losing committed state; scancel leaves no process of the
 job on any node, and with --checkpoint-dir a checkpoint of the last commit that the next
 allocation resumes from."""
+import json
 import os
 import re
 import subprocess
@@ -77,12 +78,12 @@ def test_salloc_job_takes_the_allocations_nodes_and_starts_daemons_as_steps(job,
 def test_sbatch_job_runs_from_its_batch_node(job, slurm, tmp_path):
     """The same job as a batch script (#SBATCH -N3): elasticrun runs on the first node,
     starts that node's daemon itself and the others' through srun; the output file has
-    every rank's final line and the exit status."""
+    every rank's final line, the exit status and (--events /dev/stderr) the job's events."""
     out_file = tmp_path / "slurm.out"
     script = tmp_path / "job.sh"
     script.write_text(f"""#!/bin/sh
 #SBATCH -N3 --ntasks-per-node=1 -o {out_file}
-{ELASTICRUN} {SGD} {' '.join(map(str, SGD_ARGS))}
+{ELASTICRUN} --events /dev/stderr {SGD} {' '.join(map(str, SGD_ARGS))}
 echo "elasticrun exit $?"
 """)
     env = slurm_env(job, slurm)
@@ -98,6 +99,9 @@ echo "elasticrun exit $?"
     text = out_file.read_text()
     assert "elasticrun exit 0" in text, text[-3000:]
     assert finals(text) == [reference(SGD_ARGS)] * 3, text[-3000:]
+    # --events /dev/stderr: the event lines land in the job's output file, where Slurm collects them.
+    finished = [json.loads(l) for l in text.splitlines() if l.startswith('{"') and '"job_finished"' in l]
+    assert [e["status"] for e in finished] == [0], text[-3000:]
 
 
 def test_drained_node_leaves_an_elastic_job_and_returns_when_resumed(job, slurm, tmp_path):
