@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <csignal>
+#include <string_view>
 #include <filesystem>
 #include <map>
 
@@ -215,20 +216,41 @@ int usable_cores() {
   return std::max(1L, ::sysconf(_SC_NPROCESSORS_ONLN));
 }
 
+// Slurm's variables that describe one task of a step: this daemon's own (srun started it
+// as the one task of its step; the driver's node's daemon inherits the batch step's).
+// A worker is none of those tasks, and a program that finds them takes Slurm for its
+// launcher: PyTorch Lightning's SLURMEnvironment takes SLURM_NTASKS for the world size
+// and SLURM_PROCID for the rank (every worker rank 0 of 1). The job's variables
+// (SLURM_JOB_ID, SLURM_JOB_NODELIST, SLURM_CONF, ...) stay.
+bool slurm_task_variable(std::string_view name) {
+  static constexpr std::string_view kNames[] = {
+      "SLURM_PROCID",          "SLURM_LOCALID",          "SLURM_NODEID",
+      "SLURM_NTASKS",          "SLURM_NPROCS",           "SLURM_TASK_PID",
+      "SLURM_GTIDS",           "SLURM_LAUNCH_NODE_IPADDR", "SLURM_SRUN_COMM_HOST",
+      "SLURM_SRUN_COMM_PORT",  "SLURM_DISTRIBUTION",     "SLURM_STEPID",
+  };
+  if (name.starts_with("SLURM_STEP_") || name.starts_with("SLURM_CPU_BIND")) return true;
+  return std::find(std::begin(kNames), std::end(kNames), name) != std::end(kNames);
+}
+
 }  // namespace
 
 // The worker's whole environment; for each name the last entry wins. In order: the
 // default OMP_NUM_THREADS (the host's cores shared among its workers of the epoch, so
 // that they do not oversubscribe it; any setting of it wins), this daemon's
-// environment, the error file, the driver's entries (torchrun's variables, then the
-// forwarded ones and -x), and ours.
+// environment but for its Slurm task's variables, the error file, the driver's entries
+// (torchrun's variables, then the forwarded ones and -x: the user may set those), and
+// ours.
 std::vector<std::string> Supervisor::worker_env(const msg::Spawn& s, const std::string& error_file) const {
   std::vector<std::string> out;
   out.push_back(fmt::format("{}={}", env::kOmpNumThreads, std::max(1, usable_cores() / std::max(1, s.local_size))));
   // UCX warns about messages still in flight when an epoch is torn down after an abort;
   // that is expected here, so workers log UCX errors only unless the user says otherwise.
   out.push_back("UCX_LOG_LEVEL=error");
-  for (char** e = environ; *e; ++e) out.emplace_back(*e);
+  for (char** e = environ; *e; ++e) {
+    std::string_view kv(*e);
+    if (!slurm_task_variable(kv.substr(0, kv.find('=')))) out.emplace_back(kv);
+  }
   if (!error_file.empty()) out.push_back(std::string(env::kTorchErrorFile) + "=" + error_file);
   for (const auto& kv : s.env) out.push_back(kv);
   auto set = [&](const char* k, const std::string& v) { out.push_back(std::string(k) + "=" + v); };

@@ -320,3 +320,47 @@ def test_scancel_under_salloc_asks_for_the_checkpoint_through_the_daemons(job, s
     while our_processes(job.tag) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not our_processes(job.tag)
+
+
+TASK_VARIABLES = ("SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NODEID", "SLURM_STEP_ID", "SLURM_STEPID")
+
+
+def worker_environments(out):
+    """{rank: {name: value}} of the SLURM_ variables from `elasticrun ... /usr/bin/env`."""
+    envs = {}
+    for line in out.splitlines():
+        m = re.match(r"\[(\d+)\]<stdout>: (SLURM_\w+)=(.*)", line)
+        if m:
+            envs.setdefault(int(m.group(1)), {})[m.group(2)] = m.group(3)
+    return envs
+
+
+def test_workers_under_srun_do_not_see_the_daemons_slurm_task(job, slurm):
+    """The daemons run as one-task srun steps: SLURM_PROCID=0, SLURM_NTASKS=1, ... are
+    theirs. Workers that saw them would take Slurm for their launcher (Lightning: every
+    worker rank 0 of 1); they keep the job's variables."""
+    env = slurm_env(job, slurm)
+    r = subprocess.run(["salloc", "-N3", str(ELASTICRUN), "/usr/bin/env"], capture_output=True, text=True, env=env,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr[-3000:]
+    envs = worker_environments(r.stdout)
+    assert sorted(envs) == [0, 1, 2], r.stdout[-3000:]
+    for rank, e in envs.items():
+        assert e.get("SLURM_JOB_ID") and e.get("SLURM_JOB_NODELIST") == "er-h[1-3]", (rank, e)
+        assert not [v for v in TASK_VARIABLES if v in e], (rank, e)
+    # The daemons' own environment had them: what is checked above was taken away.
+    steps = subprocess.run(["salloc", "-N1", "srun", "--overlap", "-N1", "/usr/bin/env"], capture_output=True,
+                           text=True, env=env, timeout=60)
+    assert "SLURM_PROCID=0" in steps.stdout and "SLURM_NTASKS=1" in steps.stdout, steps.stdout
+
+
+def test_slurm_task_variables_of_the_driver_are_not_the_workers_but_x_sets_them(job):
+    """The driver's node's daemon inherits the batch step's task variables: dropped too;
+    -x NAME=VALUE still sets one."""
+    r = job.run(["-np", 2, "-x", "SLURM_NODEID=9", "/usr/bin/env"], timeout=60,
+                env={"SLURM_PROCID": "3", "SLURM_NTASKS": "4", "SLURM_STEP_ID": "2", "SLURM_CPU_BIND": "none",
+                     "SLURM_JOB_NAME": "train"})
+    assert r.returncode == 0, r.stderr
+    envs = worker_environments(r.stdout)
+    assert envs == {0: {"SLURM_JOB_NAME": "train", "SLURM_NODEID": "9"},
+                    1: {"SLURM_JOB_NAME": "train", "SLURM_NODEID": "9"}}, envs
