@@ -1,7 +1,10 @@
 // allreduce_check: a worker that verifies every collective, data type and reduce
 // op of libelasticrun against a locally computed reference.
 //
-//   elasticrun -np 4 build/examples/allreduce_check
+//   elasticrun -np 4 build/examples/allreduce_check [--large BYTES]
+//
+// --large: the size of the large case of each collective (default 2 MiB, at least 4096;
+// smaller for slow links, where 2 MiB times every type, op and algorithm takes minutes).
 //
 // Inputs are small integers that depend on the rank and the index, so the exact
 // result is known in double precision; floating results are compared with a
@@ -57,8 +60,8 @@ class Checker : public collective_checks::Checks<elasticrun::Communicator> {
     count_check();
   }
 
-  void run() {
-    const std::size_t mib2 = 2u << 20;
+  void run(std::size_t large) {
+    const std::size_t mib2 = large;
     for (const char* algo : {"ring", "rd", "shm", "hier"}) {
       if (std::strcmp(algo, "shm") == 0 && !one_host_) continue;
       if (std::strcmp(algo, "hier") == 0 && !hierarchy_) continue;
@@ -102,7 +105,20 @@ class Checker : public collective_checks::Checks<elasticrun::Communicator> {
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+  std::size_t large = 2u << 20;
+  if (argc == 3 && std::strcmp(argv[1], "--large") == 0) {
+    char* end = nullptr;
+    unsigned long long v = std::strtoull(argv[2], &end, 10);
+    if (end == argv[2] || *end != '\0' || v < 4096 || v > (1ull << 30)) {
+      std::fprintf(stderr, "allreduce_check: --large wants a number of bytes from 4096 to 2^30, not '%s'\n", argv[2]);
+      return 2;
+    }
+    large = static_cast<std::size_t>(v);
+  } else if (argc != 1) {
+    std::fprintf(stderr, "usage: allreduce_check [--large BYTES]\n");
+    return 2;
+  }
   try {
     elasticrun::init();
     const elasticrun::Topology& t = elasticrun::context().topology();
@@ -110,7 +126,7 @@ int main() {
                 t.cross_rank, t.cross_size, t.host.c_str());
     std::fflush(stdout);
     Checker checker(elasticrun::context().comm(), t);
-    checker.run();
+    checker.run(large);
     std::printf("allreduce_check: OK (%d checks)\n", checker.checks());
     elasticrun::shutdown();
     return 0;
