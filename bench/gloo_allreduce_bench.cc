@@ -1,6 +1,8 @@
 // gloo_allreduce_bench: the allreduce sweep (sweep.h) over Gloo's ring allreduce
-// (gloo::allreduce with the RING algorithm) on Gloo's TCP transport over
-// 127.0.0.1, the second baseline for allreduce_bench.
+// (gloo::allreduce with the RING algorithm) on Gloo's TCP transport, the second
+// baseline for allreduce_bench. Each rank listens on --hostname ADDR, else on its host's
+// name as elasticrun gives it (ELASTICRUN_HOST: an address across the namespace hosts
+// of scripts/testcluster, "localhost" on one machine), else on 127.0.0.1.
 //
 // Rank and size come from the launcher: ELASTICRUN_RANK/ELASTICRUN_SIZE under
 // elasticrun, OMPI_COMM_WORLD_RANK/OMPI_COMM_WORLD_SIZE under mpirun. The ranks
@@ -56,9 +58,9 @@ gloo::AllreduceOptions::Func reducer(bench::Op op) {
 
 class GlooBackend final : public bench::Backend {
  public:
-  GlooBackend(int rank, int size, const std::string& store_dir) {
+  GlooBackend(int rank, int size, const std::string& store_dir, const std::string& hostname) {
     gloo::transport::tcp::attr attr;
-    attr.hostname = "127.0.0.1";
+    attr.hostname = hostname;
     auto device = gloo::transport::tcp::CreateDevice(attr);
     gloo::rendezvous::FileStore store(store_dir);
     auto ctx = std::make_shared<gloo::rendezvous::Context>(rank, size);
@@ -111,9 +113,10 @@ class GlooBackend final : public bench::Backend {
 
 int main(int argc, char** argv) {
   bench::Options opts = bench::parse_options(
-      argc, argv, {"--store-dir"},
+      argc, argv, {"--store-dir", "--hostname"},
       "  --store-dir DIR  empty directory shared by the ranks for Gloo's FileStore\n"
-      "                   (default: $GLOO_BENCH_STORE_DIR)\n");
+      "                   (default: $GLOO_BENCH_STORE_DIR)\n"
+      "  --hostname ADDR  the address this rank listens on (default: $ELASTICRUN_HOST, else 127.0.0.1)\n");
   int rank = int_env({"ELASTICRUN_RANK", "OMPI_COMM_WORLD_RANK"});
   int size = int_env({"ELASTICRUN_SIZE", "OMPI_COMM_WORLD_SIZE"});
   std::string dir = opts.extra.count("--store-dir") ? opts.extra["--store-dir"] : "";
@@ -133,7 +136,11 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
-    GlooBackend backend(rank, size, dir);
+    std::string hostname = opts.extra.count("--hostname") ? opts.extra["--hostname"] : "";
+    if (hostname.empty())
+      if (const char* v = std::getenv("ELASTICRUN_HOST"); v && *v) hostname = v;
+    if (hostname.empty()) hostname = "127.0.0.1";
+    GlooBackend backend(rank, size, dir, hostname);
     return bench::run_sweep(backend, opts);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "gloo_allreduce_bench: rank %d: %s\n", rank, e.what());
