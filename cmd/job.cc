@@ -413,7 +413,7 @@ bool Job::request_checkpoint(const std::string& why) {
   auto now = std::chrono::steady_clock::now();
   if (checkpoint_asked_ && now - *checkpoint_asked_ < std::chrono::seconds(1)) return true;
   checkpoint_asked_ = now;
-  server_->notify_all(msg::NotifyKind::checkpoint, why);
+  server_->request_checkpoint(why);
   return true;
 }
 

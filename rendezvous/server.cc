@@ -111,6 +111,11 @@ void Server::notify_all(msg::NotifyKind kind, const std::string& reason) {
     if (s->place()) s->send(msg::Notify{kind, assignment_.epoch, reason});
 }
 
+void Server::request_checkpoint(const std::string& reason) {
+  checkpoint_reason_ = reason.empty() ? "checkpoint requested" : reason;
+  notify_all(msg::NotifyKind::checkpoint, checkpoint_reason_);
+}
+
 void Server::abort_epoch(const std::string& reason) {
   std::uint64_t next = assignment_.epoch + 1;
   for (const auto& s : sessions_)
@@ -140,6 +145,7 @@ void Server::on_join(const std::shared_ptr<Session>& s, const msg::Join& j) {
   place(s, mine, assignment_.epoch);
   if (liveness_) liveness_->watch(s.get(), LivenessClock::now());
   s->send(join_ok(0, *p));
+  if (!checkpoint_reason_.empty()) s->send(msg::Notify{msg::NotifyKind::checkpoint, assignment_.epoch, checkpoint_reason_});
   ER_LOG(rendezvous, debug, "rank {} joined epoch {} from '{}' slot {}", p->rank, assignment_.epoch, p->host,
          p->slot);
   if (cb_.on_worker_joined) cb_.on_worker_joined(mine, assignment_.epoch);

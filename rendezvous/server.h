@@ -92,6 +92,10 @@ class Server : private SessionHost {
   // communicators stay in use until the workers' next commit.
   void start_epoch(Assignment a, msg::NotifyKind kind, const std::string& reason);
   void notify_all(msg::NotifyKind kind, const std::string& reason);
+  // Asks every worker for a durable checkpoint at its next commit (NotifyKind::checkpoint),
+  // and every worker that joins from now on too: a worker started after the request (a
+  // new epoch's) may be the rank 0 that commits next.
+  void request_checkpoint(const std::string& reason);
   // The current epoch is broken and no next one can start yet: interrupt its workers
   // (they wait in rejoin for the next epoch) and end its key-value table and barriers.
   void abort_epoch(const std::string& reason);
@@ -158,6 +162,7 @@ class Server : private SessionHost {
     std::uint64_t req, min_epoch;
   };
   std::vector<PendingRejoin> rejoins_;
+  std::string checkpoint_reason_;  // request_checkpoint's, for the workers that join later
   // With a worker timeout: the joined sessions, by when last heard from, checked on one
   // timer (not one per session).
   std::optional<Liveness<Session*>> liveness_;

@@ -228,4 +228,26 @@ TEST_F(RendezvousTest, PlaceListedAgainBelongsToItsNewWorkerOnly) {
 }
 
 }  // namespace
+TEST_F(RendezvousTest, ACheckpointRequestReachesEveryWorkerAndThoseThatJoinLater) {
+  auto a = join("h0", 0);
+  EXPECT_EQ(a->checkpoint_requests(), 0u);
+  asio::post(io_, [this] { server_->request_checkpoint("SIGTERM"); });
+  auto t0 = Clock::now();
+  while (a->checkpoint_requests() == 0 && Clock::now() - t0 < std::chrono::seconds(2))
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  EXPECT_EQ(a->checkpoint_requests(), 1u);
+  // A request interrupts nothing: it is not an abort, and the epoch's table still answers.
+  EXPECT_FALSE(a->abort_signal()->raised());
+  a->set("k", {3});
+  EXPECT_EQ(a->get("k", Clock::now() + std::chrono::seconds(2)), (collective::Bytes{3}));
+  // A worker that joins after the request (a new epoch's, which may be the rank 0 that
+  // commits next) is told too.
+  auto b = join("h0", 1);
+  t0 = Clock::now();
+  while (b->checkpoint_requests() == 0 && Clock::now() - t0 < std::chrono::seconds(2))
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  EXPECT_EQ(b->checkpoint_requests(), 1u);
+  EXPECT_EQ(a->checkpoint_requests(), 1u);
+}
+
 }  // namespace elasticrun
