@@ -10,6 +10,11 @@
 // read (a worker that writes blocks once its pipe is full), and they are not given up
 // until reading goes on.
 //
+// Entries are keyed by a number of the table's own, not by pid: once a worker is reaped
+// its pid is free, and a new worker may get it while the old one's pipes are still being
+// drained or its leftovers stopped. A pid names the running worker that has it (live_)
+// only until that worker's exit.
+//
 // No orphans: what a worker leaves running in its process group when it exits (a
 // helper it started with its output sent elsewhere, so that no pipe shows it) gets
 // SIGTERM when the worker's end is reported, and SIGKILL kLeftoverGrace later if it is
@@ -78,23 +83,27 @@ class WorkerTable {
 
     void signal_group(int s) const;
   };
-  void read(Worker& w, int stream);
-  void maybe_finish(int pid);
-  void wait_for_drain(int pid);
-  void stop_leftovers(int pid);
-  void poll_leftovers_later(int pid);
-  void poll_leftovers(int pid);
+  using Id = std::uint64_t;
+  void read(Id id, int stream);
+  void maybe_finish(Id id);
+  void wait_for_drain(Id id);
+  void stop_leftovers(Id id, int pgid);
+  void poll_leftovers_later(Id id);
+  void poll_leftovers(Id id);
 
   // The group of a reported worker (its pid) while what is left in it is stopped.
   struct Leftover {
+    int pgid = 0;
     std::unique_ptr<boost::asio::steady_timer> timer;
     std::chrono::steady_clock::time_point kill_at;
   };
 
   boost::asio::io_context& io_;
   WorkerEvents ev_;
-  std::map<int, std::unique_ptr<Worker>> workers_;
-  std::map<int, Leftover> leftovers_;
+  Id next_id_ = 1;
+  std::map<Id, std::unique_ptr<Worker>> workers_;
+  std::map<int, Id> live_;  // pid -> the worker that has it, until its exit
+  std::map<Id, Leftover> leftovers_;
 };
 
 }  // namespace elasticrun::daemon

@@ -801,3 +801,44 @@ def test_a_stopping_daemon_removes_shared_memory_at_once(job):
     left = sorted(e for e in os.listdir("/dev/shm") if e.startswith(f"elasticrun.{daemon}."))
     assert not left, f"left while the daemon stops: {left} (of {mine})"
     p.communicate(timeout=30)
+
+
+def test_a_daemon_of_another_pid_namespace_keeps_its_shared_memory(job):
+    """A job whose driver and daemon run in a PID namespace of their own (a container
+    sharing /dev/shm with the host, --ipc=host): its daemon's directories name a pid of
+    that namespace (2, say), which here may be nobody's, or anybody's. The names carry
+    the namespace, and a daemon started here (by a local job, which first cleans up the
+    directories of dead daemons) leaves them alone; their own daemon removes them when
+    that job ends."""
+    from conftest import ELASTICRUN
+    if subprocess.run(["unshare", "--pid", "--fork", "--mount-proc", "true"], capture_output=True).returncode != 0:
+        skip_unless_required("netns", "cannot make a PID namespace here")
+    ours = str(os.stat("/proc/self/ns/pid").st_ino)
+    # Pids 300 and up in there: numbers no process has here (this namespace's low pids
+    # are its init and kernel threads), so that a daemon here that took the directories
+    # for its own namespace's would find their daemon dead and remove them.
+    burn = 'i=0; while [ $i -lt 300 ]; do /bin/true; i=$((i+1)); done; exec "$@"'
+    p = subprocess.Popen(["unshare", "--pid", "--fork", "--mount-proc", "sh", "-c", burn, "sh", str(ELASTICRUN),
+                          "-np", "1", "sleep", "60"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=job.env())
+    theirs = []
+    try:
+        deadline = time.monotonic() + 20
+        while not theirs and time.monotonic() < deadline:
+            theirs = [d for d in Path("/dev/shm").glob("elasticrun.*.*.0.*") if d.name.split(".")[2] != ours]
+            time.sleep(0.05)
+        assert theirs, sorted(d.name for d in Path("/dev/shm").glob("elasticrun.*"))
+        dead_here = [d for d in theirs if not Path(f"/proc/{d.name.split('.')[1]}").exists()]
+        assert dead_here == theirs, f"{theirs}: their daemon's pid is alive in this namespace too"
+        r = job.run(["-np", 1, "true"], timeout=60)
+        assert r.returncode == 0, r.stderr
+        assert all(d.exists() for d in theirs), theirs
+    finally:
+        # unshare does not pass signals on: the driver is its child (pid 1 in there).
+        for pid in subprocess.run(["pgrep", "-P", str(p.pid)], capture_output=True, text=True).stdout.split():
+            os.kill(int(pid), signal.SIGTERM)
+        p.communicate(timeout=30)
+    deadline = time.monotonic() + 10
+    while any(d.exists() for d in theirs) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(d.exists() for d in theirs), theirs

@@ -155,7 +155,7 @@ def test_every_worker_gets_torchruns_environment(job, tmp_path):
                 e["HOROVOD_HOSTNAME"]) == (str(rank), "3", local_rank, local_size, host), e
         assert (e["HOROVOD_CROSS_RANK"], e["HOROVOD_CROSS_SIZE"]) == cross[rank], e
         assert e["OMP_NUM_THREADS"] == str(max(1, cores // int(local_size))), e
-        assert re.fullmatch(r"/dev/shm/elasticrun\.\d+\.errors/\d+\.\d+\.json", e["TORCHELASTIC_ERROR_FILE"]), e
+        assert re.fullmatch(r"/dev/shm/elasticrun\.\d+\.\d+\.errors/\d+\.\d+\.json", e["TORCHELASTIC_ERROR_FILE"]), e
     assert len({e["TORCHELASTIC_ERROR_FILE"] for e in env.values()}) == 3
     if cores // 2 < cores:
         assert "OMP_NUM_THREADS is not set" in r.stderr
