@@ -157,6 +157,21 @@ def wait_for_checkpoints(d, n, timeout=60):
     assert len(checkpoints(d)) >= n, f"no {n} checkpoints in {d} within {timeout} s: {checkpoints(d)}"
 
 
+def wait_for_progress(progress, step, p=None, timeout=60):
+    """Waits until a --progress-file (examples/elastic_sgd's, rank 0's last committed step)
+    reaches `step`; fails early if the job `p` ended."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if int(progress.read_text().strip() or 0) >= step:
+                return
+        except (FileNotFoundError, ValueError):
+            pass
+        assert p is None or p.poll() is None, "the job ended early: " + p.stderr.read()[-3000:]
+        time.sleep(0.02)
+    raise AssertionError(f"step {step} not reached in {timeout} s")
+
+
 def discovery_script(tmp_path, lines):
     """A --host-discovery-script that prints the file it returns (one host a line), which
     the test rewrites to add and remove hosts."""

@@ -9,7 +9,7 @@ import os
 import signal
 import time
 
-from conftest import checkpoints
+from conftest import checkpoints, wait_for_progress
 from test_sgd import SGD, finals, reference
 
 # No checkpoint by count or by time: any checkpoint in these tests is the one a SIGTERM asked for.
@@ -21,19 +21,6 @@ def of_kind(events, kind):
     return [e for e in events if e["event"] == kind]
 
 
-def wait_for_step(progress, step, p, timeout=30):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            if int(progress.read_text().strip() or 0) >= step:
-                return
-        except (FileNotFoundError, ValueError):
-            pass
-        assert p.poll() is None, "the job ended early: " + p.stderr.read()[-3000:]
-        time.sleep(0.02)
-    raise AssertionError(f"step {step} not reached in {timeout} s")
-
-
 def committed_steps(out):
     return [int(l.split("committed step ")[1].split()[0]) for l in out.splitlines() if "committed step " in l]
 
@@ -42,7 +29,7 @@ def test_sigterm_leaves_a_checkpoint_of_the_last_commit_and_the_next_run_resumes
     ck, ev, progress = tmp_path / "ck", tmp_path / "events", tmp_path / "progress"
     p = job.start(["-np", 2, "--events", ev, "--checkpoint-dir", ck, *ONLY_ON_REQUEST, "--preempt-grace", 10, SGD,
                    *ARGS, "--step-ms", 10, "--progress-file", progress])
-    wait_for_step(progress, 100, p)
+    wait_for_progress(progress, 100, p)
     p.send_signal(signal.SIGTERM)
     out, err = p.communicate(timeout=60)
     assert p.returncode == 143, err[-3000:]
@@ -75,7 +62,7 @@ def test_a_daemons_sigterm_saves_a_checkpoint_and_the_job_goes_on_without_its_ho
     ck, ev, progress = tmp_path / "ck", tmp_path / "events", tmp_path / "progress"
     p = job.start(["-np", 2, "--min-np", 1, "-H", "localhost:1,127.0.0.2:1", "--events", ev, "--checkpoint-dir", ck,
                    *ONLY_ON_REQUEST, "--preempt-grace", 2, SGD, *ARGS, "--step-ms", 10, "--progress-file", progress])
-    wait_for_step(progress, 50, p)
+    wait_for_progress(progress, 50, p)
     started = [e for e in job.events(ev) if e["event"] == "worker_started" and e["host"] == "127.0.0.2"]
     assert len(started) == 1, started
     daemon = int(open(f"/proc/{started[0]['pid']}/stat").read().rsplit(")", 1)[1].split()[1])
@@ -119,7 +106,7 @@ def test_no_commit_within_the_grace_or_a_second_signal_stops_without_a_checkpoin
         p = job.start(["-np", 2, "--events", ev, "--checkpoint-dir", ck, *ONLY_ON_REQUEST, "--preempt-grace", grace,
                        SGD, "--steps", 100000, "--dim", 64, "--batch", 48, "--commit-every", 30, "--step-ms", 100,
                        "--progress-file", progress])
-        wait_for_step(progress, 30, p)
+        wait_for_progress(progress, 30, p)
         time.sleep(0.3)
         start = time.monotonic()
         p.send_signal(signal.SIGTERM)

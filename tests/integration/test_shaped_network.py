@@ -20,7 +20,7 @@ import time
 
 import pytest
 
-from conftest import EXAMPLES, ROOT, discovery_script, namespace_cluster
+from conftest import EXAMPLES, ROOT, discovery_script, namespace_cluster, wait_for_progress
 from test_sgd import finals, reference
 
 TESTCLUSTER = ROOT / "scripts" / "testcluster"
@@ -228,15 +228,7 @@ def test_a_cut_cable_on_the_lossy_network_drops_the_host_and_the_job_goes_on(job
                    "--host-timeout", 3, "--events", ev, EXAMPLES / "elastic_sgd", *args, "--step-ms", 20,
                    "--progress-file", progress], env=env)
     try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            try:
-                if int(progress.read_text().strip() or 0) >= 60:
-                    break
-            except (FileNotFoundError, ValueError):
-                pass
-            assert p.poll() is None, p.stderr.read()[-3000:]
-            time.sleep(0.05)
+        wait_for_progress(progress, 60, p)
         assert tc("link", 3, "down").returncode == 0
         cut = time.monotonic()
         dropped = None

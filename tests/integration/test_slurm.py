@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import BUILD, ELASTICRUN, EXAMPLES, ROOT, our_processes, skip_unless_required
+from conftest import ELASTICRUN, EXAMPLES, ROOT, our_processes, skip_unless_required, wait_for_progress
 from invariant import check_commits
 from test_sgd import finals, reference
 
@@ -232,18 +232,6 @@ def wait_gone(env, job_id, timeout=60):
             return
         time.sleep(0.2)
     raise AssertionError(f"job {job_id} still in squeue after {timeout} s")
-
-
-def wait_for_progress(progress, step, timeout=60):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            if int(progress.read_text().strip() or 0) >= step:
-                return
-        except (FileNotFoundError, ValueError):
-            pass
-        time.sleep(0.05)
-    raise AssertionError(f"step {step} not reached in {timeout} s")
 
 
 PREEMPT_ARGS = ["--steps", 600, "--dim", 64, "--batch", 48, "--commit-every", 5]
