@@ -243,3 +243,10 @@ def test_a_cut_cable_on_the_lossy_network_drops_the_host_and_the_job_goes_on(job
     assert dropped is not None and 2 < dropped < 10, (dropped, err[-2000:])
     assert finals(out) == [reference(args)] * 2, out[-2000:]
     print(f"cut cable on the lossy network: host dropped {dropped:.2f} s after the cut")
+
+
+def test_allreduce_check_refuses_a_bad_large_size():
+    for args in (["--large", "12"], ["--large", "2x"], ["--large"], ["--bogus", "1"]):
+        r = subprocess.run([str(EXAMPLES / "allreduce_check"), *args], capture_output=True, text=True, timeout=30)
+        assert r.returncode == 2, (args, r.returncode, r.stderr)
+        assert "allreduce_check: --large wants" in r.stderr or "usage: allreduce_check" in r.stderr, (args, r.stderr)
