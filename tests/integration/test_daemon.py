@@ -66,8 +66,8 @@ class Daemon:
         self.port = None
         self.starts = 0  # "listening" lines seen: the log is appended to across restarts
 
-    def start(self, address="127.0.0.1:0", netns=None):
-        cmd = [str(ELASTICRUND), "--listen", address, "--secret-file", str(self.secret_file),
+    def start(self, address="127.0.0.1:0", netns=None, prefix=()):
+        cmd = [*prefix, str(ELASTICRUND), "--listen", address, "--secret-file", str(self.secret_file),
                "--state-dir", str(self.state)]
         if netns:
             cmd = ["ip", "netns", "exec", netns, *cmd]
@@ -842,3 +842,23 @@ def test_a_daemon_of_another_pid_namespace_keeps_its_shared_memory(job):
     while any(d.exists() for d in theirs) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not any(d.exists() for d in theirs), theirs
+
+
+def test_the_open_file_limit_is_raised_to_the_hard_limit_with_a_cap(job, tmp_path):
+    """elasticrun and elasticrund raise their soft limit on open files (a driver holds a
+    connection per worker, a daemon pipes per worker) to the hard limit, and the workers
+    inherit it: under the driver (its local daemon is its child), and under a listening
+    daemon started on its own with a soft limit of 256. (The cap at 65536 cannot be
+    reached here: this machine's hard limit cannot be raised above 20,000.)"""
+    from conftest import ELASTICRUN
+    r = subprocess.run(["prlimit", "--nofile=256:8192", str(ELASTICRUN), "-np", "1", "sh", "-c", "ulimit -Sn"],
+                       capture_output=True, text=True, env=job.env(), timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert "[0]<stdout>: 8192" in r.stdout, r.stdout
+    d = Daemon(tmp_path, job.tag).start(prefix=["prlimit", "--nofile=256:8192"])
+    try:
+        r = job.run([*through(d), "-np", 1, "sh", "-c", "ulimit -Sn"], timeout=60)
+        assert r.returncode == 0, r.stderr + d.text()
+        assert "[0]<stdout>: 8192" in r.stdout, r.stdout
+    finally:
+        d.stop()
