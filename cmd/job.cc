@@ -406,19 +406,22 @@ void Job::wait_signals() {
   });
 }
 
-// Asks every worker for a checkpoint at its next commit (rank 0 writes it), unless
-// they were asked in the last second (every daemon of a cancelled job says so at once).
-bool Job::request_checkpoint(const std::string& why) {
+// Asks every worker for a checkpoint at its next commit (rank 0 writes it). A daemon's
+// notice is not repeated within a second (every daemon of a cancelled job says so at
+// once); the driver's own SIGTERM always asks afresh, since it waits for a save that
+// answers a request made after it: one a daemon's notice asked for may have been
+// written already.
+bool Job::request_checkpoint(const std::string& why, bool fresh) {
   if (opts_.preempt_grace.count() == 0 || !server_ || !controller_.keeps_state() || controller_.finished()) return false;
   auto now = std::chrono::steady_clock::now();
-  if (checkpoint_asked_ && now - *checkpoint_asked_ < std::chrono::seconds(1)) return true;
+  if (!fresh && checkpoint_asked_ && now - *checkpoint_asked_ < std::chrono::seconds(1)) return true;
   checkpoint_asked_ = now;
   server_->request_checkpoint(why);
   return true;
 }
 
 bool Job::begin_preemption(int sig) {
-  if (preempting_ || !request_checkpoint(fmt::format("SIG{}", sigabbrev_np(sig)))) return false;
+  if (preempting_ || !request_checkpoint(fmt::format("SIG{}", sigabbrev_np(sig)), true)) return false;
   preempting_ = true;
   double grace = opts_.preempt_grace.count() / 1000.0;
   events_.emit("preempting", {{"signal", sig}, {"grace", grace}});

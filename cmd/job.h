@@ -58,7 +58,7 @@ class Job {
   void wait_signals();
   bool begin_preemption(int sig);
   void on_preempted(const std::string& host, const msg::Preempted& p);
-  bool request_checkpoint(const std::string& why);
+  bool request_checkpoint(const std::string& why, bool fresh = false);
   void stop_everything(const std::string& message);
   void maybe_done();
   void heartbeat();

@@ -263,16 +263,19 @@ exec {ELASTICRUN} --events {ev} --checkpoint-dir {ck} {' '.join(map(str, ONLY_ON
     kinds = [e["event"] for e in events]
     text = out_file.read_text()
     assert "preempting" in kinds, (kinds, text[-2000:])
+    # Every save was asked for (none is due by count or time). The daemons' notices may
+    # get one written before the driver's own SIGTERM asks again: then there are two,
+    # and the driver stops on the second, the newest commit.
     saved = [e for e in events if e["event"] == "checkpoint_saved"]
-    assert len(saved) == 1 and saved[0]["requested"], saved
+    assert 1 <= len(saved) <= 2 and all(e["requested"] for e in saved), saved
     finished = [e for e in events if e["event"] == "job_finished"]
     assert finished and finished[0]["status"] == 143, finished
     # Done before Slurm's SIGKILL: the driver wrote its last event itself.
     assert finished[0]["t"] - [e for e in events if e["event"] == "preempting"][0]["t"] < 5, events[-5:]
-    commit = saved[0]["commit"]
+    commit = saved[-1]["commit"]
     assert commit >= 10, saved
     assert f"commit {commit} is in checkpoint {ck}/" in text, text[-2000:]
-    print(f"scancel -> checkpoint of commit {commit} in {saved[0]['t'] - events[kinds.index('preempting')]['t']:.3f} s; "
+    print(f"scancel -> checkpoint of commit {commit} in {saved[-1]['t'] - events[kinds.index('preempting')]['t']:.3f} s; "
           f"job gone from squeue {time.monotonic() - cancelled:.1f} s after scancel")
 
     r = subprocess.run(["salloc", "-N3", str(ELASTICRUN), "--checkpoint-dir", str(ck), str(SGD),
