@@ -24,7 +24,7 @@ namespace asio = boost::asio;
 
 
 Job::Job(Options opts)
-    : opts_(std::move(opts)), secret_(auth::random_secret()), controller_(ControllerConfig::of(opts_)),
+    : opts_(std::move(opts)), lookups_(io_), secret_(auth::random_secret()), controller_(ControllerConfig::of(opts_)),
       output_(opts_.output_dir), signals_(io_, SIGINT, SIGTERM, SIGHUP), controller_timer_(io_), stop_timer_(io_),
       heartbeat_timer_(io_), preempt_timer_(io_) {
   run_id_ = opts_.run_id;
@@ -65,7 +65,13 @@ Result<void> Job::start() {
   // Remote hosts (or hosts a discovery script may name) must reach the rendezvous
   // server over the network; a job on this machine alone keeps it on loopback.
   bool remote = opts_.discovered();
-  for (const auto& h : opts_.hosts) remote = remote || !discovery::is_local_host(h.name);
+  // The static hosts are looked up here, before the job's loop runs (a slow resolver
+  // stalls nothing yet); discovered ones later, off the loop's thread.
+  for (const auto& h : opts_.hosts) {
+    auto place = discovery::look_up_host(h.name);
+    lookups_.remember(h.name, place);
+    remote = remote || !place.local;
+  }
   if (opts_.daemon_port > 0) {
     auto s = auth::read_secret_file(opts_.daemon_secret_file);
     if (!s) return fail(s.error() + " (--daemon-secret-file)");
@@ -208,28 +214,26 @@ DaemonEvents Job::daemon_events() {
   return ev;
 }
 
-// Whether `host` names this machine; asked once per name (it resolves the name).
-bool Job::is_local(const std::string& host) {
-  auto it = local_.find(host);
-  if (it == local_.end()) it = local_.emplace(host, discovery::is_local_host(host)).first;
-  return it->second;
+void Job::with_host(const std::string& host, std::function<void(const discovery::HostPlace&)> then) {
+  lookups_.when_known(host, [this, then = std::move(then)](const discovery::HostPlace& place) {
+    if (!controller_.finished()) then(place);
+  });
 }
 
-DaemonLink* Job::ensure_daemon(const std::string& host) {
+// The host's daemon, started if need be; `place` is its name looked up (with_host).
+DaemonLink* Job::ensure_daemon(const std::string& host, const discovery::HostPlace& place) {
   auto it = daemons_.find(host);
   if (it != daemons_.end() && !it->second->closed()) return it->second.get();
   std::unique_ptr<DaemonLink> link;
   std::string addr = rendezvous_addr_;
-  bool local = is_local(host);
+  bool local = place.local;
   if (!local) {
     // The remote workers reach us at the address our traffic to that host leaves from.
-    std::string self = discovery::local_address_towards(host);
-    if (self.empty()) {
+    if (place.toward.empty()) {
       on_daemon_closed(host, false, "cannot resolve or route to the host");
       return nullptr;
     }
-    addr = fmt::format("{}:{}", self, server_->port());
-    toward_[host] = self;
+    addr = fmt::format("{}:{}", place.toward, server_->port());
   }
   if (cluster_secret_) {
     link = connect_daemon(io_, host, static_cast<std::uint16_t>(opts_.daemon_port), *cluster_secret_,

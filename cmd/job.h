@@ -20,6 +20,7 @@
 #include "cmd/output.h"
 #include "cmd/report_channel.h"
 #include "common/auth.h"
+#include "discovery/host_lookup.h"
 #include "discovery/host_source.h"
 #include "rendezvous/server.h"
 
@@ -48,8 +49,10 @@ class Job {
   RequestView request_view() const;
   Result<std::string> daemon_path() const;
   DaemonEvents daemon_events();
-  DaemonLink* ensure_daemon(const std::string& host);
-  bool is_local(const std::string& host);
+  // Runs `then` once `host`'s name has been looked up (HostLookups: never on this
+  // thread), after what was asked earlier for that host; nothing once the job is over.
+  void with_host(const std::string& host, std::function<void(const discovery::HostPlace&)> then);
+  DaemonLink* ensure_daemon(const std::string& host, const discovery::HostPlace& place);
   void on_daemon_closed(const std::string& host, bool clean, const std::string& why);
   void on_report(const rendezvous::WorkerPlace& p, std::uint64_t epoch, std::int64_t step,
                  const nlohmann::json& metrics, rendezvous::ReportAnswer answer);
@@ -71,6 +74,7 @@ class Job {
   void end_job(int code, std::string message);
   void carry_out(const Command& c);
   void spawn(const command::Spawn& s);
+  void launch(DaemonLink& d, const command::Spawn& s, const std::string& master_addr);
   void reserve_port(const command::ReservePort& r);
   void note_omp_default(int local_workers);
   void signal_worker(const Place& p, int sig);
@@ -78,6 +82,7 @@ class Job {
 
   Options opts_;
   boost::asio::io_context io_;
+  discovery::HostLookups lookups_;  // whether a host is this machine, our address towards it
   auth::Secret secret_;
   std::optional<auth::Secret> cluster_secret_;  // with --daemon-port
   std::string daemon_path_, rendezvous_addr_, cwd_;
@@ -88,8 +93,6 @@ class Job {
   std::unique_ptr<discovery::HostWatcher> watcher_;
   std::unique_ptr<HostRequester> requester_;  // --request-hosts-script
   std::map<std::string, std::unique_ptr<DaemonLink>> daemons_;
-  std::map<std::string, bool> local_;          // host name: whether it names this machine
-  std::map<std::string, std::string> toward_;  // remote host: our address towards it
   OutputRouter output_;
   EventLog events_;
   std::unique_ptr<ReportChannel> reports_;  // with --report-fd

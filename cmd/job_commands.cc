@@ -79,21 +79,28 @@ void Job::carry_out(const Command& c) {
 // that cannot start is reported as an event of its own). Its environment: torchrun's
 // variables, then the forwarded ones and -x (which win), then ours.
 void Job::spawn(const command::Spawn& s) {
-  DaemonLink* d = ensure_daemon(s.place.first);
-  if (!d) return;
-  TorchWorker torch = s.torch;
   // Rank 0 on this machine under a local name ("localhost", a loopback address): that
   // name means the worker's own machine there, so a remote worker gets our address
-  // towards its host instead, the one its daemon reaches us at.
-  if (auto toward = toward_.find(s.place.first); toward != toward_.end() && is_local(torch.master_addr))
-    torch.master_addr = toward->second;
+  // towards its host instead, the one its daemon reaches us at. Both names are looked
+  // up first (rank 0's host was, for its port).
+  with_host(s.place.first, [this, s](const discovery::HostPlace& place) {
+    with_host(s.torch.master_addr, [this, s, place](const discovery::HostPlace& master) {
+      if (DaemonLink* d = ensure_daemon(s.place.first, place))
+        launch(*d, s, !place.local && master.local ? place.toward : s.torch.master_addr);
+    });
+  });
+}
+
+void Job::launch(DaemonLink& d, const command::Spawn& s, const std::string& master_addr) {
+  TorchWorker torch = s.torch;
+  torch.master_addr = master_addr;
   auto env = torch_env(torch, run_id_);
   env.insert(env.end(), opts_.env.begin(), opts_.env.end());
   auto rejoin = opts_.elastic_timeout + opts_.rendezvous_timeout;
   env.push_back(fmt::format("{}={:.3f}", env::kRejoinTimeout, rejoin.count() / 1000.0));
   env.push_back(fmt::format("{}={:.3f}", env::kHostTimeout, opts_.host_timeout.count() / 1000.0));
   note_omp_default(s.torch.local_world_size);
-  d->send(msg::Spawn{static_cast<std::uint32_t>(s.place.second), s.started_epoch, s.rank, s.size, opts_.command, env,
+  d.send(msg::Spawn{static_cast<std::uint32_t>(s.place.second), s.started_epoch, s.rank, s.size, opts_.command, env,
                      s.torch.local_world_size});
 }
 
@@ -114,15 +121,21 @@ void Job::note_omp_default(int local_workers) {
 // Rank 0's daemon reserves the epoch's port; the daemons of the other hosts that get
 // workers start meanwhile, rather than after the answer.
 void Job::reserve_port(const command::ReservePort& r) {
-  if (DaemonLink* d = ensure_daemon(r.host)) d->send(msg::ReservePort{r.epoch, r.host_store});
+  with_host(r.host, [this, r](const discovery::HostPlace& place) {
+    if (DaemonLink* d = ensure_daemon(r.host, place)) d->send(msg::ReservePort{r.epoch, r.host_store});
+  });
   for (const auto& h : r.hosts)
-    if (h != r.host) ensure_daemon(h);  // one that cannot start is an event of its own
+    if (h != r.host)  // one that cannot start is an event of its own
+      with_host(h, [this, h](const discovery::HostPlace& place) { ensure_daemon(h, place); });
 }
 
+// After the host's pending spawns, if its name is still being looked up.
 void Job::signal_worker(const Place& p, int sig) {
-  auto it = daemons_.find(p.first);
-  if (it != daemons_.end() && !it->second->closed())
-    it->second->send(msg::Kill{static_cast<std::uint32_t>(p.second), sig});
+  with_host(p.first, [this, p, sig](const discovery::HostPlace&) {
+    auto it = daemons_.find(p.first);
+    if (it != daemons_.end() && !it->second->closed())
+      it->second->send(msg::Kill{static_cast<std::uint32_t>(p.second), sig});
+  });
 }
 
 }  // namespace elasticrun::cmd

@@ -30,18 +30,29 @@ bool is_loopback(const sockaddr* sa) {
   return false;
 }
 
-}  // namespace
-
-bool is_local_host(const std::string& full) {
+std::string bare_name(const std::string& full) {
   std::string name = full.substr(full.find('@') == std::string::npos ? 0 : full.find('@') + 1);
   if (name.size() > 2 && name.front() == '[' && name.back() == ']') name = name.substr(1, name.size() - 2);
+  return name;
+}
+
+bool is_self(const std::string& name) {
   char self[256] = {};
-  if (::gethostname(self, sizeof self - 1) == 0 && name == self) return true;
+  return ::gethostname(self, sizeof self - 1) == 0 && name == self;
+}
+
+// One resolution of `name` (with port 9, discard, for a UDP connect), or null.
+addrinfo* resolve(const std::string& name) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_socktype = SOCK_DGRAM;
   addrinfo* res = nullptr;
-  if (::getaddrinfo(name.c_str(), nullptr, &hints, &res) != 0 || !res) return false;
+  if (::getaddrinfo(name.c_str(), "9", &hints, &res) != 0 || !res) return nullptr;
+  return res;
+}
+
+// Whether every address is a loopback one or one of our interfaces'.
+bool all_local(const addrinfo* res) {
   std::set<std::string> local;
   ifaddrs* ifs = nullptr;
   if (::getifaddrs(&ifs) == 0) {
@@ -49,21 +60,13 @@ bool is_local_host(const std::string& full) {
       if (i->ifa_addr) local.insert(addr_key(i->ifa_addr));
     ::freeifaddrs(ifs);
   }
-  bool all_local = true;
-  for (addrinfo* a = res; a; a = a->ai_next)
-    if (!is_loopback(a->ai_addr) && !local.count(addr_key(a->ai_addr))) all_local = false;
-  ::freeaddrinfo(res);
-  return all_local;
+  for (const addrinfo* a = res; a; a = a->ai_next)
+    if (!is_loopback(a->ai_addr) && !local.count(addr_key(a->ai_addr))) return false;
+  return true;
 }
 
-std::string local_address_towards(const std::string& full) {
-  std::string name = full.substr(full.find('@') == std::string::npos ? 0 : full.find('@') + 1);
-  if (name.size() > 2 && name.front() == '[' && name.back() == ']') name = name.substr(1, name.size() - 2);
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_DGRAM;
-  addrinfo* res = nullptr;
-  if (::getaddrinfo(name.c_str(), "9", &hints, &res) != 0 || !res) return "";
+// Our address that traffic to the first address leaves from (a UDP connect sends nothing).
+std::string toward(const addrinfo* res) {
   std::string out;
   int fd = ::socket(res->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
   sockaddr_storage local{};
@@ -72,9 +75,40 @@ std::string local_address_towards(const std::string& full) {
       ::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0)
     out = addr_key(reinterpret_cast<sockaddr*>(&local));
   if (fd >= 0) ::close(fd);
-  ::freeaddrinfo(res);
   if (out.find(':') != std::string::npos) out = "[" + out + "]";
   return out;
+}
+
+}  // namespace
+
+bool is_local_host(const std::string& full) {
+  std::string name = bare_name(full);
+  if (is_self(name)) return true;
+  addrinfo* res = resolve(name);
+  if (!res) return false;
+  bool local = all_local(res);
+  ::freeaddrinfo(res);
+  return local;
+}
+
+std::string local_address_towards(const std::string& full) {
+  addrinfo* res = resolve(bare_name(full));
+  if (!res) return "";
+  std::string out = toward(res);
+  ::freeaddrinfo(res);
+  return out;
+}
+
+HostPlace look_up_host(const std::string& full) {
+  std::string name = bare_name(full);
+  if (is_self(name)) return {true, ""};
+  addrinfo* res = resolve(name);
+  if (!res) return {};
+  HostPlace p;
+  p.local = all_local(res);
+  if (!p.local) p.toward = toward(res);
+  ::freeaddrinfo(res);
+  return p;
 }
 
 }  // namespace elasticrun::discovery
