@@ -53,6 +53,15 @@ class DaemonLink {
   std::chrono::steady_clock::time_point last_heard() const { return last_heard_; }
   // Forget the silence so far: the driver itself was not listening (its loop stalled).
   void heard_now() { last_heard_ = std::chrono::steady_clock::now(); }
+  // When the daemon must have answered (its ready frame) by: the driver gives up a daemon
+  // that is started or connected but never answers (a hung start, a wrong program).
+  // `limit` says which one, for the message ("12.0 s (--host-timeout)").
+  std::chrono::steady_clock::time_point answer_by() const { return answer_by_; }
+  const std::string& answer_limit() const { return answer_limit_; }
+  void expect_answer_by(std::chrono::steady_clock::time_point t, std::string limit = {}) {
+    answer_by_ = t;
+    if (!limit.empty()) answer_limit_ = std::move(limit);
+  }
   // Gives the daemon up for gone (it fell silent), as if its link had broken.
   void lost(const std::string& why) { report_closed(why); }
 
@@ -72,6 +81,8 @@ class DaemonLink {
   bool ready_ = false;
   bool closed_ = false;
   std::chrono::steady_clock::time_point last_heard_ = std::chrono::steady_clock::now();
+  std::chrono::steady_clock::time_point answer_by_ = std::chrono::steady_clock::time_point::max();
+  std::string answer_limit_;
 };
 
 // Starts `daemon_path --stdio` as a child of this process for host `host`.

@@ -259,6 +259,13 @@ DaemonLink* Job::ensure_daemon(const std::string& host, const discovery::HostPla
                      static_cast<std::uint32_t>(heartbeat_interval().count()),
                      static_cast<std::uint32_t>(opts_.host_timeout.count())};
   config.preload = opts_.preload;
+  // A local daemon answers within the host timeout; one reached over a network (SSH, a
+  // listening daemon, srun) gets the connect timeout on top.
+  bool networked = cluster_secret_ || !local;
+  auto within = opts_.host_timeout + (networked ? opts_.ssh.connect_timeout : std::chrono::milliseconds(0));
+  link->expect_answer_by(std::chrono::steady_clock::now() + within,
+                         fmt::format("{:.1f} s ({})", within.count() / 1000.0,
+                                     networked ? "--ssh-connect-timeout + --host-timeout" : "--host-timeout"));
   config.preempt_grace_ms = static_cast<std::uint32_t>(opts_.preempt_grace.count());
   link->send(config);
   DaemonLink* raw = link.get();
@@ -367,12 +374,18 @@ void Job::heartbeat() {
     last_tick_ = now;
     bool beat = now - last_beat_ >= heartbeat_interval() - tick / 2;
     if (beat) last_beat_ = now;
-    std::vector<std::string> silent;
+    std::vector<std::string> silent, unanswered;
     for (auto& [h, d] : daemons_) {
       if (d->closed()) continue;
       if (beat) d->send(msg::Heartbeat{});
-      if (stalled) d->heard_now();
-      else if (d->ready() && now - d->last_heard() > opts_.host_timeout) silent.push_back(h);
+      if (stalled) {
+        d->heard_now();
+        if (!d->ready()) d->expect_answer_by(std::max(d->answer_by(), now + tick));
+      } else if (d->ready() && now - d->last_heard() > opts_.host_timeout) {
+        silent.push_back(h);
+      } else if (!d->ready() && now > d->answer_by()) {
+        unanswered.push_back(h);
+      }
     }
     if (requester_) requester_->tick(request_view());
     // Failing a host can start an epoch and launch daemons: look each one up afresh.
@@ -381,6 +394,11 @@ void Job::heartbeat() {
       if (it == daemons_.end() || it->second->closed() || controller_.finished()) continue;
       it->second->lost(fmt::format("heard nothing from it for {:.1f} s (--host-timeout)",
                                    duration<double>(now - it->second->last_heard()).count()));
+    }
+    for (const auto& h : unanswered) {
+      auto it = daemons_.find(h);
+      if (it == daemons_.end() || it->second->closed() || controller_.finished()) continue;
+      it->second->lost(fmt::format("it did not answer within {}", it->second->answer_limit()));
     }
     heartbeat();
   });

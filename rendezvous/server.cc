@@ -6,6 +6,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 namespace elasticrun::rendezvous {
 
 namespace asio = boost::asio;
@@ -35,9 +37,33 @@ void Server::on_socket(asio::ip::tcp::socket sock) {
     ER_LOG(rendezvous, warn, "refusing a connection: {} already open", sessions_.size());
     return;
   }
-  auto s = std::make_shared<Session>(static_cast<SessionHost&>(*this), std::move(sock), secret_, limits_.keep_alive);
+  auto s = std::make_shared<Session>(static_cast<SessionHost&>(*this), std::move(sock), secret_, limits_.keep_alive,
+                                     limits_.max_send_queue);
   sessions_.insert(s);
+  if (++handshaking_ >= limits_.max_handshakes && !accept_paused_) {
+    accept_paused_ = true;
+    accept_.stop();
+    ER_LOG(rendezvous, warn, "{} connections are in their handshake (the limit): accepting no more until one "
+           "joins or times out", handshaking_);
+  }
   s->start(limits_.handshake_timeout);
+}
+
+void Server::on_handshake_over(Session&) {
+  --handshaking_;
+  if (accept_paused_ && handshaking_ < limits_.max_handshakes && acceptor_.is_open()) {
+    accept_paused_ = false;
+    accept_.start();
+  }
+}
+
+bool Server::may_wait(const std::shared_ptr<Session>& s, std::uint64_t req, const char* what) {
+  if (s->waiting() < limits_.max_waiting) return true;
+  const WorkerPlace& p = *s->place();
+  ER_LOG(rendezvous, warn, "rejected a {} of rank {} on '{}': {} of its requests are waiting already (the limit)", what,
+         p.rank, p.host, s->waiting());
+  s->send(msg::Error{req, fmt::format("too many requests waiting ({}, the limit)", s->waiting())});
+  return false;
 }
 
 void Server::stop() {
@@ -83,8 +109,10 @@ void Server::end_epoch(std::uint64_t epoch) {
     if (auto s = w.session.lock()) s->send(msg::Error{w.req, "epoch ended"});
   }
   for (auto& [name, b] : st.barriers)
-    for (auto& w : b.waiters)
+    for (auto& w : b.waiters) {
+      w.timer->cancel();
       if (auto s = w.session.lock()) s->send(msg::Error{w.req, "epoch ended"});
+    }
   keys_ -= st.kv.size();
   epochs_.erase(it);
 }
@@ -153,7 +181,8 @@ void Server::on_join(const std::shared_ptr<Session>& s, const msg::Join& j) {
 
 void Server::on_rejoin(const std::shared_ptr<Session>& s, const msg::Rejoin& r) {
   if (r.min_epoch <= assignment_.epoch) return answer_rejoin(s, r.req);
-  rejoins_.push_back(PendingRejoin{s, r.req, r.min_epoch});
+  if (!may_wait(s, r.req, "re-join")) return;
+  rejoins_.push_back(PendingRejoin{s, r.req, r.min_epoch, s->hold_wait()});
   if (cb_.on_epoch_abandoned && s->place()) cb_.on_epoch_abandoned(*s->place(), assignment_.epoch);
 }
 
@@ -217,8 +246,9 @@ void Server::on_kv_get(const std::shared_ptr<Session>& s, const msg::KvGet& m) {
     s->send(msg::KvValue{m.req, it->second});
     return;
   }
+  if (!may_wait(s, m.req, "key-value get")) return;
   auto timer = std::make_shared<asio::steady_timer>(io_, std::chrono::milliseconds(m.timeout_ms));
-  st->kv_waiters.emplace(m.key, Waiter{s, m.req, timer});
+  st->kv_waiters.emplace(m.key, Waiter{s, m.req, timer, s->hold_wait()});
   timer->async_wait([this, epoch = s->epoch(), key = m.key, req = m.req, weak = std::weak_ptr<Session>(s),
                      raw = timer.get()](boost::system::error_code ec) {
     if (ec) return;
@@ -234,16 +264,44 @@ void Server::on_kv_get(const std::shared_ptr<Session>& s, const msg::KvGet& m) {
   });
 }
 
+// A barrier completes when every rank of the epoch waits at it. A rank that waited past
+// its timeout is answered an error and leaves the barrier: it no longer counts as
+// arrived, so a later arrival cannot complete the barrier with it.
 void Server::on_barrier(const std::shared_ptr<Session>& s, const msg::Barrier& m) {
   EpochState* st = epoch_of(s, m.req);
-  if (!st) return;
+  if (!st || !may_wait(s, m.req, "barrier")) return;
   BarrierState& b = st->barriers[m.name];
-  b.arrived.insert(s->place()->rank);
-  b.waiters.push_back(Waiter{s, m.req, nullptr});
-  if (static_cast<int>(b.arrived.size()) < st->size) return;
-  for (auto& w : b.waiters)
-    if (auto ws = w.session.lock()) ws->send(msg::Ok{w.req});
+  auto timer = std::make_shared<asio::steady_timer>(io_, std::chrono::milliseconds(m.timeout_ms));
+  b.waiters.push_back(Waiter{s, m.req, timer, s->hold_wait(), s->place()->rank});
+  std::set<int> arrived;
+  for (const auto& w : b.waiters) arrived.insert(w.rank);
+  if (static_cast<int>(arrived.size()) < st->size) {
+    timer->async_wait([this, epoch = s->epoch(), name = m.name,
+                       weak = std::weak_ptr<asio::steady_timer>(timer)](boost::system::error_code ec) {
+      if (auto t = weak.lock(); t && !ec) barrier_timed_out(epoch, name, t.get());
+    });
+    return;
+  }
+  auto done = std::move(b.waiters);
   st->barriers.erase(m.name);
+  for (auto& w : done) {
+    w.timer->cancel();
+    if (auto ws = w.session.lock()) ws->send(msg::Ok{w.req});
+  }
+}
+
+void Server::barrier_timed_out(std::uint64_t epoch, const std::string& name, asio::steady_timer* timer) {
+  auto e = epochs_.find(epoch);
+  if (e == epochs_.end()) return;
+  auto b = e->second.barriers.find(name);
+  if (b == e->second.barriers.end()) return;
+  auto& ws = b->second.waiters;
+  auto it = std::find_if(ws.begin(), ws.end(), [&](const Waiter& w) { return w.timer.get() == timer; });
+  if (it == ws.end()) return;
+  Waiter w = std::move(*it);
+  ws.erase(it);
+  if (ws.empty()) e->second.barriers.erase(b);
+  if (auto s = w.session.lock()) s->send(msg::Error{w.req, "timed out at barrier '" + name + "'"});
 }
 
 // Only rank 0 of the current epoch reports: one voice per job, and a report of an

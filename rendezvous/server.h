@@ -33,6 +33,17 @@ struct ServerLimits {
   std::size_t max_keys = 1 << 20;
   std::size_t max_value = 1 << 20;
   std::chrono::milliseconds handshake_timeout{10000};
+  // Connections not yet authenticated and joined, at once: at this many the server stops
+  // accepting (the listen queue holds the next ones) until one of them joins or is cut
+  // off at handshake_timeout, so that peers that never authenticate cannot take every
+  // connection from the workers.
+  std::size_t max_handshakes = 1024;
+  // One worker's requests waiting on the server at once (key-value gets of keys not set
+  // yet, barriers, re-joins): one more is answered an error.
+  std::size_t max_waiting = 1024;
+  // Bytes waiting to be written to one worker: a worker that does not read its
+  // connection is cut off at this (and reported lost), not buffered without end.
+  std::size_t max_send_queue = std::size_t{64} << 20;
   // The job's host timeout, for worker connections' TCP keep-alive (net::keep_alive):
   // a worker behind a cut link is failed a little after it.
   std::chrono::milliseconds keep_alive = net::kDefaultHostTimeout;
@@ -104,13 +115,18 @@ class Server : private SessionHost {
   void stop();
 
  private:
+  // A request waiting on the server; `hold` counts it against its session's
+  // max_waiting for as long as it waits (Session::hold_wait).
   struct Waiter {
     std::weak_ptr<Session> session;
     std::uint64_t req;
     std::shared_ptr<boost::asio::steady_timer> timer;
+    std::shared_ptr<void> hold;
+    int rank = -1;  // at a barrier
   };
+  // The ranks waiting at a barrier: one that times out leaves it (its rank no longer
+  // counts as arrived unless it waits there again).
   struct BarrierState {
-    std::set<int> arrived;
     std::vector<Waiter> waiters;
   };
   // What one epoch's workers share: its size, key-value table and barriers.
@@ -133,6 +149,7 @@ class Server : private SessionHost {
   void on_checkpoint_note(const std::shared_ptr<Session>& s, const msg::CheckpointNote& m) override;
   void on_synced(const std::shared_ptr<Session>& s, const msg::Synced& m) override;
   void on_heard(Session& s) override;
+  void on_handshake_over(Session& s) override;
   void on_leave(Session& s) override;
   void on_closed(const std::shared_ptr<Session>& s, bool clean) override;
   // Every liveness tick: gives up the workers silent for the worker timeout.
@@ -142,6 +159,9 @@ class Server : private SessionHost {
   void answer_rejoin(const std::shared_ptr<Session>& s, std::uint64_t req);
   // The session's epoch state, or null (and an error sent for `req`) if it ended.
   EpochState* epoch_of(const std::shared_ptr<Session>& s, std::uint64_t req);
+  // Whether `s` may have one more request waiting; if not, `req` is answered an error.
+  bool may_wait(const std::shared_ptr<Session>& s, std::uint64_t req, const char* what);
+  void barrier_timed_out(std::uint64_t epoch, const std::string& name, boost::asio::steady_timer* timer);
   void end_epoch(std::uint64_t epoch);
   void collect_epochs();
   void place(const std::shared_ptr<Session>& s, const WorkerPlace& p, std::uint64_t epoch);
@@ -160,7 +180,10 @@ class Server : private SessionHost {
   struct PendingRejoin {
     std::weak_ptr<Session> session;
     std::uint64_t req, min_epoch;
+    std::shared_ptr<void> hold;
   };
+  std::size_t handshaking_ = 0;  // sessions not joined yet, for max_handshakes
+  bool accept_paused_ = false;
   std::vector<PendingRejoin> rejoins_;
   std::string checkpoint_reason_;  // request_checkpoint's, for the workers that join later
   // With a worker timeout: the joined sessions, by when last heard from, checked on one

@@ -4,6 +4,8 @@
 #include "common/socket_options.h"
 #include "rendezvous/server.h"
 
+#include <fmt/format.h>
+
 namespace elasticrun::rendezvous {
 
 namespace asio = boost::asio;
@@ -29,9 +31,14 @@ constexpr FramedStream::Options kStreamOptions{handshake::kMaxPayload, 4096};
 }  // namespace
 
 Session::Session(SessionHost& host, asio::ip::tcp::socket socket, const auth::Secret& secret,
-                 std::chrono::milliseconds keep_alive)
+                 std::chrono::milliseconds keep_alive, std::size_t max_send_queue)
     : host_(host), handshake_timer_(socket.get_executor()), peer_(tune(socket, keep_alive)),
-      stream_(std::move(socket), *this, kStreamOptions), handshake_(secret) {}
+      stream_(std::move(socket), *this, kStreamOptions), handshake_(secret), max_send_queue_(max_send_queue) {}
+
+std::shared_ptr<void> Session::hold_wait() {
+  ++*waiting_;
+  return std::shared_ptr<void>(nullptr, [count = waiting_](void*) { --*count; });
+}
 
 void Session::start(std::chrono::milliseconds handshake_timeout) {
   send(handshake_.hello());
@@ -81,6 +88,7 @@ void Session::handle(const Frame& f) {
       if (place_) {
         phase_ = Phase::ready;
         handshake_timer_.cancel();
+        host_.on_handshake_over(*this);
       }
       return;
     case Phase::ready: break;
@@ -107,14 +115,26 @@ void Session::handle(const Frame& f) {
   }
 }
 
+// A peer that does not read is cut off once max_send_queue_ bytes wait for it; the
+// close comes from the io_context, not from inside this send: the server may be going
+// through its sessions, sending to each.
 void Session::send_frame(const Frame& f) {
-  if (phase_ != Phase::closed) stream_.send(f);
+  if (phase_ == Phase::closed || overflowed_) return;
+  stream_.send(f);
+  if (stream_.queued_bytes() <= max_send_queue_) return;
+  overflowed_ = true;
+  stream_.stop_reading();
+  asio::post(handshake_timer_.get_executor(), [self = shared_from_this(), queued = stream_.queued_bytes()] {
+    self->close(fmt::format("does not read its connection: {:.1f} MiB waiting to be written to it (limit {:.1f} MiB)",
+                            queued / 1048576.0, self->max_send_queue_ / 1048576.0));
+  });
 }
 
 void Session::close(const std::string& why, bool report_lost) {
   if (phase_ == Phase::closed) return;
   bool was_joined = phase_ == Phase::ready;
   phase_ = Phase::closed;
+  if (!was_joined) host_.on_handshake_over(*this);
   if (!why.empty()) {
     if (place_)
       ER_LOG(rendezvous, warn, "worker rank {} on '{}' (epoch {}, {}): {}", place_->rank,

@@ -31,6 +31,8 @@ class SessionHost {
   virtual void on_synced(const std::shared_ptr<Session>& s, const msg::Synced& m) = 0;
   // A joined worker sent a frame (any: a request, a heartbeat, a leave).
   virtual void on_heard(Session& s) = 0;
+  // The session's handshake is over: it joined, or closed before it did. Once.
+  virtual void on_handshake_over(Session& s) = 0;
   // A joined worker said it is ending on purpose.
   virtual void on_leave(Session& s) = 0;
   // The connection closed; `clean`: the worker left, or had not joined.
@@ -42,9 +44,11 @@ class SessionHost {
 
 class Session : public std::enable_shared_from_this<Session>, private FramedStream::Handler {
  public:
-  // `keep_alive`: the job's host timeout, for the connection's TCP keep-alive.
+  // `keep_alive`: the job's host timeout, for the connection's TCP keep-alive;
+  // `max_send_queue`: the bytes that may wait to be written to the peer before it is
+  // cut off for not reading.
   Session(SessionHost& host, boost::asio::ip::tcp::socket socket, const auth::Secret& secret,
-          std::chrono::milliseconds keep_alive);
+          std::chrono::milliseconds keep_alive, std::size_t max_send_queue);
   void start(std::chrono::milliseconds handshake_timeout);
   template <class M>
   void send(const M& m) {
@@ -63,6 +67,10 @@ class Session : public std::enable_shared_from_this<Session>, private FramedStre
     epoch_ = epoch;
   }
   const std::string& peer() const { return peer_; }
+  // Requests of this session waiting on the server: each holds the token returned here
+  // for as long as it waits (the count drops when the last copy of it goes).
+  std::shared_ptr<void> hold_wait();
+  std::size_t waiting() const { return *waiting_; }
 
  private:
   enum class Phase { auth, join, ready, closed };
@@ -79,6 +87,9 @@ class Session : public std::enable_shared_from_this<Session>, private FramedStre
   Phase phase_ = Phase::auth;
   handshake::Server handshake_;
   bool left_ = false;
+  bool overflowed_ = false;  // cut off for not reading: nothing more is queued
+  std::size_t max_send_queue_;
+  std::shared_ptr<std::size_t> waiting_ = std::make_shared<std::size_t>(0);
   std::optional<WorkerPlace> place_;
   std::uint64_t epoch_ = 0;
 };

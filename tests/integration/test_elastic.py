@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import TESTPROG, gone_within, our_processes
+from conftest import ELASTICRUND, TESTPROG, gone_within, our_processes
 from conftest import discovery_script as discovery
 from test_launch import argv0, wait_for_workers, worker_and_daemon_on
 
@@ -156,6 +156,36 @@ def test_stopped_daemon_is_taken_for_gone_after_host_timeout(job, tmp_path):
     assert re.search(r"host '127\.0\.0\.2' lost its daemon: heard nothing from it for [2-4]\.\d s \(--host-timeout\)", err), err
     assert out.count("done after") == 2
     assert [x["size"] for x in epochs(job.events(ev))] == [3, 2]
+
+
+def test_daemon_that_never_answers_is_given_up_after_host_timeout(job, tmp_path):
+    """A daemon that starts but never answers (a hung start, a wrong program behind
+    --daemon-path) is given up after --host-timeout (2 s here), with the reason, and the
+    job goes on without its host: not after the 60 s join timeout, and the shutdown does
+    not wait for it. Here the second daemon started (127.0.0.2's; rank 0's host starts
+    first) reads its control channel and never writes."""
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    deaf = tmp_path / "deaf-daemon.sh"
+    deaf.write_text(f"""#!/bin/sh
+if mkdir {marks}/first 2>/dev/null; then exec {ELASTICRUND} "$@"; fi
+if mkdir {marks}/second 2>/dev/null; then cat >/dev/null; exit 0; fi
+exec {ELASTICRUND} "$@"
+""")
+    deaf.chmod(0o755)
+    ev = tmp_path / "events"
+    t0 = time.monotonic()
+    r = job.run(["-np", 2, "--min-np", 1, "-H", "localhost:1,127.0.0.2:1", "--host-timeout", 2, "--daemon-path", deaf,
+                 "--events", ev, TESTPROG, "--elastic", "--allreduce-seconds", 2])
+    took = time.monotonic() - t0
+    assert r.returncode == 0, r.stderr
+    assert (marks / "second").exists(), "the deaf daemon was not started"
+    failed = first(job.events(ev), "host_blacklisted", host="127.0.0.2")
+    assert failed and failed["reason"] == "could not start its daemon: it did not answer within 2.0 s (--host-timeout)", \
+        job.events(ev)
+    assert failed["t"] < 10, failed
+    assert took < 30, f"the job took {took:.1f} s"
+    assert r.stdout.count("done after") == 1
 
 
 def test_reset_limit_exceeded_fails_the_job(job, tmp_path):

@@ -46,7 +46,7 @@ class RendezvousTest : public ::testing::Test {
     cb.on_synced = [this](const rendezvous::WorkerPlace& p, std::uint64_t epoch, std::uint64_t commits) {
       synced_.push_back({p.host, p.slot, epoch, commits});
     };
-    rendezvous::ServerLimits limits;
+    rendezvous::ServerLimits limits = limits_;
     limits.handshake_timeout = handshake_timeout_;
     limits.worker_timeout = worker_timeout_;
     server_ = std::make_unique<rendezvous::Server>(io_, secret_, asio::ip::tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0),
@@ -111,6 +111,7 @@ class RendezvousTest : public ::testing::Test {
   std::thread thread_;
   std::string addr_;
   std::chrono::milliseconds handshake_timeout_{500};
+  rendezvous::ServerLimits limits_;  // set before SetUp (in a constructor); the two above win
   std::vector<int> lost_ranks_;
   std::vector<std::uint64_t> lost_started_;
   // Reports the driver was handed (on the io thread: read them through on_io), and what

@@ -300,10 +300,14 @@ void RendezvousClient::barrier(const std::string& name, Clock::time_point deadli
     std::lock_guard lock(mu_);
     req = next_req_++;
   }
-  auto f = call(req, msg::to_frame(msg::Barrier{req, name, ms_until(deadline)}), deadline, "barrier");
+  // As for get: the server answers an error at its deadline (and forgets our arrival).
+  auto f = call(req, msg::to_frame(msg::Barrier{req, name, ms_until(deadline)}), deadline + std::chrono::seconds(2),
+                "barrier");
   if (f.type == msg::kError) {
     wire::Decoder d(f.payload);
-    throw WorkersFailed("rendezvous barrier: " + msg::Error::decode(d).message);
+    auto e = msg::Error::decode(d);
+    if (e.message.rfind("timed out", 0) == 0) throw TimeoutError("rendezvous barrier: " + e.message);
+    throw WorkersFailed("rendezvous barrier: " + e.message);
   }
   expect<msg::Ok>(std::move(f), "barrier");
 }
