@@ -235,12 +235,29 @@ void maybe_fail(const Options& o, const Model& m, const elasticrun::Topology& t,
   std::_Exit(1);
 }
 
+// With --report, whether the synced commit still has to be reported to the driver: one
+// whose commit() failed after its snapshot (a peer died in the closing allreduce) stands,
+// and was told on stdout only, since report() is collective. The ranks agree on it (a
+// collective follows): the newest step any of them saw reported, against the synced one.
+// A newcomer saw none; a survivor of the failed commit saw the one before.
+bool report_due(Model& m, elasticrun::Context& ctx, std::int64_t reported) {
+  if (m.step == 0) return false;
+  ctx.comm().allreduce(&reported, &reported, 1, DataType::i64, ReduceOp::max);
+  return reported < m.step;
+}
+
 // One pass of the elastic loop: train from the synced state to the end. An error out
-// of commit() after its snapshot was taken leaves a commit that stands: reported first.
-void train(const Options& o, Model& m, elasticrun::State& st) {
+// of commit() after its snapshot was taken leaves a commit that stands: reported first
+// (on stdout at once, to the driver at the start of the next pass). `reported`: the
+// last step this process saw reported to the driver.
+void train(const Options& o, Model& m, elasticrun::State& st, std::int64_t& reported) {
   elasticrun::Context& ctx = st.context();
   std::vector<std::int64_t> wstar(o.dim), x(o.dim), grad(o.dim);
   for (int j = 0; j < o.dim; ++j) wstar[j] = true_weight(o, j);
+  if (o.report && report_due(m, ctx, reported)) {
+    if (elasticrun::report(m.step, {{"step", static_cast<double>(m.step)}})) return;
+    reported = m.step;
+  }
   while (m.step < o.steps) {
     const elasticrun::Topology& t = ctx.topology();  // re-read: rejoin() replaces it
     maybe_fail(o, m, t, false);
@@ -256,8 +273,8 @@ void train(const Options& o, Model& m, elasticrun::State& st) {
     // commit() takes the snapshot first and then shares the host-update flag in a small
     // allreduce, which can also fail (a peer died at this step). Either way the commit
     // stands (the next epoch may sync from it), so it is reported before leaving: on
-    // stdout and in --progress-file, not to the driver (report() is collective; its
-    // events then lag this log by one commit).
+    // stdout and in --progress-file; to the driver (report() is collective) once the
+    // next epoch synced it (report_due).
     const std::uint64_t before = st.commits();
     try {
       st.commit();
@@ -270,7 +287,10 @@ void train(const Options& o, Model& m, elasticrun::State& st) {
     // resizes on. Right after the commit, so a reset it raises loses no step. Told to
     // stop (elasticrun --report-fd: scripts/chaos ends its soak so), every rank leaves
     // here, at this committed step: the final model is the reference's for --steps N.
-    if (o.report && elasticrun::report(m.step, {{"step", static_cast<double>(m.step)}})) return;
+    if (o.report) {
+      if (elasticrun::report(m.step, {{"step", static_cast<double>(m.step)}})) return;
+      reported = m.step;
+    }
   }
 }
 
@@ -291,7 +311,8 @@ int run_elastic(const Options& o, Model& m) {
       std::fflush(stdout);
       if (t.rank == 0 && o.reset_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(o.reset_ms));
     });
-    elasticrun::run(st, [&](elasticrun::State& s) { train(o, m, s); });
+    std::int64_t reported = 0;
+    elasticrun::run(st, [&](elasticrun::State& s) { train(o, m, s, reported); });
   }
   std::printf("%s\n", final_line(m).c_str());
   std::fflush(stdout);

@@ -101,6 +101,21 @@ def test_a_commit_whose_closing_allreduce_failed_is_reported(job):
     assert seq[-1][2] == 1, seq  # the report of the interrupted commit, from epoch 1
 
 
+def test_a_commit_whose_closing_allreduce_failed_reaches_the_driver(job, tmp_path):
+    """The same failed commit with --report: report() is collective, so rank 0 could not
+    tell the driver of step 20 in epoch 1; the next epoch, having synced that commit,
+    reports it. The driver's events then reach step 20 (they stopped at 10), and report
+    each step once."""
+    args = ["--steps", 20, "--dim", 32, "--batch", 16, "--commit-every", 10]
+    ev = tmp_path / "events"
+    r = job.run(["-np", 2, "--min-np", 1, "-H", "localhost:1,127.0.0.2:1", "--events", ev, SGD, *args, "--report",
+                 "--fail-at-step", 20, "--fail-rank", 1, "--fail-in-commit", "--fail-signal", 9])
+    assert "elastic_sgd: injected failure at step 20 on rank 1" in r.stderr, r.stderr[-3000:]
+    check(r.stdout, r.stderr, r.returncode, 1, reference(args))
+    reports = [(e["step"], e["epoch"]) for e in job.events(ev) if e["event"] == "report"]
+    assert reports == [(10, 1), (20, 2)], reports
+
+
 def test_random_sigkills_keep_the_invariant(job, tmp_path):
     """Three workers killed at random moments: in allreduces, commits, syncs or while the
     survivors re-join (the second and third kills often land during recovery)."""
