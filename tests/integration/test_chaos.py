@@ -99,4 +99,17 @@ def test_commit_check_fails_where_a_commit_goes_back():
     # A step committed twice in one epoch, an epoch going back, a stop not reported.
     assert any("in epoch 2" in p for p in problems(reports=reports[:5] + [(25, 2)] + reports[6:]))
     assert any("went back from epoch 3 to 2" in p for p in problems(reports=reports + [(40, 2)], stopped=40))
-    assert any("stopped at 40" in p for p in problems(stopped=40))
+    assert any("stopped at step 40" in p for p in problems(stopped=40))
+
+
+def test_commit_check_ends_a_loss_after_the_last_report_at_the_restored_step():
+    """Every holder lost after the soak: the restoring epoch reports the restored commit
+    (no stdout line: it trained no step) and is told to stop there."""
+    chaos = chaos_module()
+    reports, events = LOSS
+    events = events + [saved(6, 3), reset(True), started(4), restored(6, 4), synced(4)]
+    problems, summary = chaos.check_commits(*run_of(reports, events), 5, 30)
+    assert not problems, problems
+    assert "15 steps trained again" in summary, summary
+    problems, _ = chaos.check_commits(*run_of(reports, events), 5, 35)
+    assert any("not where its lineage ends: step 30" in p for p in problems), problems
