@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <limits>
 
 namespace elasticrun::rendezvous {
 
@@ -28,7 +29,10 @@ Server::Server(asio::io_context& io, const auth::Secret& secret, const asio::ip:
   }
 }
 
-Server::~Server() { stop(); }
+Server::~Server() {
+  *alive_ = false;
+  stop();
+}
 
 std::uint16_t Server::port() const { return acceptor_.local_endpoint().port(); }
 
@@ -40,20 +44,26 @@ void Server::on_socket(asio::ip::tcp::socket sock) {
   auto s = std::make_shared<Session>(static_cast<SessionHost&>(*this), std::move(sock), secret_, limits_.keep_alive,
                                      limits_.max_send_queue);
   sessions_.insert(s);
-  if (++handshaking_ >= limits_.max_handshakes && !accept_paused_) {
-    accept_paused_ = true;
-    accept_.stop();
-    ER_LOG(rendezvous, warn, "{} connections are in their handshake (the limit): accepting no more until one "
-           "joins or times out", handshaking_);
+  if (handshaking_ < limits_.max_handshakes) {
+    ++handshaking_;
+    return s->start(limits_.handshake_timeout);
   }
-  s->start(limits_.handshake_timeout);
+  // Accepted (the listen queue keeps draining: a connection left there past its SYN-ACK
+  // retries stalls for a minute), but its handshake waits its turn.
+  if (admission_.empty())
+    ER_LOG(rendezvous, warn, "{} connections are in their handshake (the limit): the next ones wait their turn",
+           handshaking_);
+  admission_.push_back(s);
 }
 
 void Server::on_handshake_over(Session&) {
   --handshaking_;
-  if (accept_paused_ && handshaking_ < limits_.max_handshakes && acceptor_.is_open()) {
-    accept_paused_ = false;
-    accept_.start();
+  while (handshaking_ < limits_.max_handshakes && !admission_.empty()) {
+    auto next = admission_.front().lock();
+    admission_.pop_front();
+    if (!next || !sessions_.count(next)) continue;
+    ++handshaking_;
+    next->start(limits_.handshake_timeout);
   }
 }
 
@@ -75,6 +85,7 @@ void Server::stop() {
   auto all = sessions_;
   for (const auto& s : all) s->close("");
   sessions_.clear();
+  admission_.clear();
   epochs_.clear();
   rejoins_.clear();
   members_.clear();
@@ -86,8 +97,7 @@ void Server::start_epoch(Assignment a, msg::NotifyKind kind, const std::string& 
   if (kind != msg::NotifyKind::hosts_updated)
     while (!epochs_.empty() && epochs_.begin()->first < e) end_epoch(epochs_.begin()->first);
   epochs_[e].size = assignment_.size();
-  for (const auto& s : sessions_)
-    if (s->place() && s->epoch() < e) s->send(msg::Notify{kind, e, reason});
+  fan_out(msg::Notify{kind, e, reason}, e);
   auto pending = std::move(rejoins_);
   rejoins_.clear();
   for (auto& p : pending) {
@@ -98,6 +108,43 @@ void Server::start_epoch(Assignment a, msg::NotifyKind kind, const std::string& 
   }
   collect_epochs();
   ER_LOG(rendezvous, info, "epoch {} started with {} workers", e, assignment_.size());
+}
+
+// A notice to every joined worker in an epoch before `before` (checked when it goes).
+void Server::fan_out(const msg::Notify& n, std::uint64_t before) {
+  std::vector<Outgoing> out;
+  out.reserve(sessions_.size());
+  Frame f = msg::to_frame(n);
+  for (const auto& s : sessions_)
+    if (s->place() && s->epoch() < before) out.push_back({s, f, before});
+  send_paced(std::move(out));
+}
+
+// Frames to many workers at once (notices, a barrier's release) leave kFanOut at a time,
+// kFanOutPause apart: thousands of small packets sent in one burst, and the burst of
+// replies they cause, overflow the receiving queues (a NIC's ring, or on one machine the
+// loopback device's backlog), and TCP's retransmissions of what was dropped cost seconds
+// (on this machine a 16,384-worker recovery lost connections to TCP_USER_TIMEOUT).
+void Server::send_paced(std::vector<Outgoing> out) {
+  auto todo = std::make_shared<std::vector<Outgoing>>(std::move(out));
+  auto timer = std::make_shared<asio::steady_timer>(io_);
+  auto slice = std::make_shared<std::function<void(std::size_t)>>();
+  *slice = [this, todo, timer, alive = alive_, weak = std::weak_ptr(slice)](std::size_t from) {
+    if (!*alive) return;
+    std::size_t to = std::min(todo->size(), from + kFanOut);
+    for (std::size_t i = from; i < to; ++i) {
+      auto& o = (*todo)[i];
+      if (auto s = o.session.lock(); s && (o.before == kAnyEpoch || (s->place() && s->epoch() < o.before)))
+        s->send_frame(o.frame);
+    }
+    if (to == todo->size()) return;
+    auto next = weak.lock();
+    timer->expires_after(kFanOutPause);
+    timer->async_wait([next, to](boost::system::error_code ec) {
+      if (!ec) (*next)(to);
+    });
+  };
+  (*slice)(0);
 }
 
 void Server::end_epoch(std::uint64_t epoch) {
@@ -135,8 +182,7 @@ void Server::place(const std::shared_ptr<Session>& s, const WorkerPlace& p, std:
 }
 
 void Server::notify_all(msg::NotifyKind kind, const std::string& reason) {
-  for (const auto& s : sessions_)
-    if (s->place()) s->send(msg::Notify{kind, assignment_.epoch, reason});
+  fan_out(msg::Notify{kind, assignment_.epoch, reason}, kAnyEpoch);
 }
 
 void Server::request_checkpoint(const std::string& reason) {
@@ -146,8 +192,7 @@ void Server::request_checkpoint(const std::string& reason) {
 
 void Server::abort_epoch(const std::string& reason) {
   std::uint64_t next = assignment_.epoch + 1;
-  for (const auto& s : sessions_)
-    if (s->place() && s->epoch() < next) s->send(msg::Notify{msg::NotifyKind::abort, next, reason});
+  fan_out(msg::Notify{msg::NotifyKind::abort, next, reason}, next);
   while (!epochs_.empty() && epochs_.begin()->first < next) end_epoch(epochs_.begin()->first);
 }
 
@@ -273,9 +318,8 @@ void Server::on_barrier(const std::shared_ptr<Session>& s, const msg::Barrier& m
   BarrierState& b = st->barriers[m.name];
   auto timer = std::make_shared<asio::steady_timer>(io_, std::chrono::milliseconds(m.timeout_ms));
   b.waiters.push_back(Waiter{s, m.req, timer, s->hold_wait(), s->place()->rank});
-  std::set<int> arrived;
-  for (const auto& w : b.waiters) arrived.insert(w.rank);
-  if (static_cast<int>(arrived.size()) < st->size) {
+  ++b.arrived[s->place()->rank];
+  if (static_cast<int>(b.arrived.size()) < st->size) {
     timer->async_wait([this, epoch = s->epoch(), name = m.name,
                        weak = std::weak_ptr<asio::steady_timer>(timer)](boost::system::error_code ec) {
       if (auto t = weak.lock(); t && !ec) barrier_timed_out(epoch, name, t.get());
@@ -284,10 +328,13 @@ void Server::on_barrier(const std::shared_ptr<Session>& s, const msg::Barrier& m
   }
   auto done = std::move(b.waiters);
   st->barriers.erase(m.name);
+  std::vector<Outgoing> out;
+  out.reserve(done.size());
   for (auto& w : done) {
     w.timer->cancel();
-    if (auto ws = w.session.lock()) ws->send(msg::Ok{w.req});
+    out.push_back({w.session, msg::to_frame(msg::Ok{w.req}), kAnyEpoch});
   }
+  send_paced(std::move(out));
 }
 
 void Server::barrier_timed_out(std::uint64_t epoch, const std::string& name, asio::steady_timer* timer) {
@@ -300,6 +347,7 @@ void Server::barrier_timed_out(std::uint64_t epoch, const std::string& name, asi
   if (it == ws.end()) return;
   Waiter w = std::move(*it);
   ws.erase(it);
+  if (--b->second.arrived[w.rank] == 0) b->second.arrived.erase(w.rank);
   if (ws.empty()) e->second.barriers.erase(b);
   if (auto s = w.session.lock()) s->send(msg::Error{w.req, "timed out at barrier '" + name + "'"});
 }

@@ -19,6 +19,7 @@
 #include <boost/asio.hpp>
 #include <nlohmann/json.hpp>
 
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -33,10 +34,10 @@ struct ServerLimits {
   std::size_t max_keys = 1 << 20;
   std::size_t max_value = 1 << 20;
   std::chrono::milliseconds handshake_timeout{10000};
-  // Connections not yet authenticated and joined, at once: at this many the server stops
-  // accepting (the listen queue holds the next ones) until one of them joins or is cut
-  // off at handshake_timeout, so that peers that never authenticate cannot take every
-  // connection from the workers.
+  // Connections in their handshake (not yet authenticated and joined) at once: at this
+  // many, the next connections are accepted but wait, in the order they came, for one of
+  // those to join or be cut off at handshake_timeout; so peers that never authenticate
+  // delay the workers by a handshake timeout at most, and cannot take every connection.
   std::size_t max_handshakes = 1024;
   // One worker's requests waiting on the server at once (key-value gets of keys not set
   // yet, barriers, re-joins): one more is answered an error.
@@ -88,6 +89,9 @@ class Server : private SessionHost {
     std::function<void(const WorkerPlace&, std::uint64_t epoch, std::uint64_t commits)> on_synced;
   };
   static constexpr std::size_t kMaxNoteText = 4096;
+  // Frames to many workers at once leave in slices of this many, this far apart (send_paced).
+  static constexpr std::size_t kFanOut = 256;
+  static constexpr std::chrono::milliseconds kFanOutPause{1};
 
   Server(boost::asio::io_context& io, const auth::Secret& secret,
          const boost::asio::ip::tcp::endpoint& bind, Callbacks cb = {}, ServerLimits limits = {});
@@ -124,10 +128,11 @@ class Server : private SessionHost {
     std::shared_ptr<void> hold;
     int rank = -1;  // at a barrier
   };
-  // The ranks waiting at a barrier: one that times out leaves it (its rank no longer
-  // counts as arrived unless it waits there again).
+  // The ranks waiting at a barrier, and how many waiters each has there: one that times
+  // out leaves it (its rank no longer counts as arrived unless it waits there again).
   struct BarrierState {
     std::vector<Waiter> waiters;
+    std::map<int, int> arrived;
   };
   // What one epoch's workers share: its size, key-value table and barriers.
   struct EpochState {
@@ -163,6 +168,15 @@ class Server : private SessionHost {
   bool may_wait(const std::shared_ptr<Session>& s, std::uint64_t req, const char* what);
   void barrier_timed_out(std::uint64_t epoch, const std::string& name, boost::asio::steady_timer* timer);
   void end_epoch(std::uint64_t epoch);
+  // A frame for a worker, sent if it is still in an epoch before `before` by then.
+  static constexpr std::uint64_t kAnyEpoch = ~std::uint64_t{0};
+  struct Outgoing {
+    std::weak_ptr<Session> session;
+    Frame frame;
+    std::uint64_t before = kAnyEpoch;
+  };
+  void fan_out(const msg::Notify& n, std::uint64_t before);
+  void send_paced(std::vector<Outgoing> out);
   void collect_epochs();
   void place(const std::shared_ptr<Session>& s, const WorkerPlace& p, std::uint64_t epoch);
 
@@ -182,14 +196,17 @@ class Server : private SessionHost {
     std::uint64_t req, min_epoch;
     std::shared_ptr<void> hold;
   };
-  std::size_t handshaking_ = 0;  // sessions not joined yet, for max_handshakes
-  bool accept_paused_ = false;
+  std::size_t handshaking_ = 0;  // sessions started and not joined yet, for max_handshakes
+  // Accepted connections whose handshake waits for one of those to end, oldest first.
+  std::deque<std::weak_ptr<Session>> admission_;
   std::vector<PendingRejoin> rejoins_;
   std::string checkpoint_reason_;  // request_checkpoint's, for the workers that join later
   // With a worker timeout: the joined sessions, by when last heard from, checked on one
   // timer (not one per session).
   std::optional<Liveness<Session*>> liveness_;
   boost::asio::steady_timer liveness_timer_;
+  // Read by the fan-out's later slices, which may run after the server is gone.
+  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
 };
 
 }  // namespace elasticrun::rendezvous

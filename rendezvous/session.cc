@@ -41,6 +41,7 @@ std::shared_ptr<void> Session::hold_wait() {
 }
 
 void Session::start(std::chrono::milliseconds handshake_timeout) {
+  started_ = true;
   send(handshake_.hello());
   handshake_timer_.expires_after(handshake_timeout);
   handshake_timer_.async_wait([self = shared_from_this()](boost::system::error_code ec) {
@@ -134,7 +135,7 @@ void Session::close(const std::string& why, bool report_lost) {
   if (phase_ == Phase::closed) return;
   bool was_joined = phase_ == Phase::ready;
   phase_ = Phase::closed;
-  if (!was_joined) host_.on_handshake_over(*this);
+  if (!was_joined && started_) host_.on_handshake_over(*this);
   if (!why.empty()) {
     if (place_)
       ER_LOG(rendezvous, warn, "worker rank {} on '{}' (epoch {}, {}): {}", place_->rank,

@@ -31,7 +31,8 @@ class SessionHost {
   virtual void on_synced(const std::shared_ptr<Session>& s, const msg::Synced& m) = 0;
   // A joined worker sent a frame (any: a request, a heartbeat, a leave).
   virtual void on_heard(Session& s) = 0;
-  // The session's handshake is over: it joined, or closed before it did. Once.
+  // The session's handshake is over: it joined, or closed before it did (once, and only
+  // for a session that was started).
   virtual void on_handshake_over(Session& s) = 0;
   // A joined worker said it is ending on purpose.
   virtual void on_leave(Session& s) = 0;
@@ -87,7 +88,8 @@ class Session : public std::enable_shared_from_this<Session>, private FramedStre
   Phase phase_ = Phase::auth;
   handshake::Server handshake_;
   bool left_ = false;
-  bool overflowed_ = false;  // cut off for not reading: nothing more is queued
+  bool overflowed_ = false;
+  bool started_ = false;  // its handshake began (start())  // cut off for not reading: nothing more is queued
   std::size_t max_send_queue_;
   std::shared_ptr<std::size_t> waiting_ = std::make_shared<std::size_t>(0);
   std::optional<WorkerPlace> place_;
