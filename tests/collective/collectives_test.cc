@@ -354,6 +354,36 @@ TEST(Hierarchical, ASharedMemoryTimeoutNamesTheJobRank) {
   EXPECT_NE(said.find("timed out waiting for rank 3 (shared memory)"), std::string::npos) << said;
 }
 
+// Automatic: hierarchical up to hier_max_bytes where hosts hold several ranks (the
+// host's shared segment is made: its key is in the store), the flat algorithms above
+// it, and where every host runs one rank no hierarchy and no error.
+TEST(Hierarchical, AutomaticUpToItsLimitWhereHostsHoldSeveralRanks) {
+  for (std::vector<int> hosts : {std::vector{2, 2}, std::vector{3, 1, 2}, std::vector{1, 1, 1}}) {
+    int n = 0;
+    for (int h : hosts) n += h;
+    World w(n);
+    std::string name = "auto";
+    for (int h : hosts) name += "-" + std::to_string(h);
+    run_ranks(w, [&](int r) {
+      HostCommConfig c = on_hosts(hosts, r, Algorithm::automatic);
+      c.hier_max_bytes = 64 * 1024;
+      return c;
+    }, name + "/", [](int r, Communicator& c) {
+      allreduce_case(c, r, DataType::f32, ReduceOp::sum, 1023, false);   // 4 KiB: hierarchical
+      allreduce_case(c, r, DataType::f32, ReduceOp::sum, 100000, false); // 400 KB: the ring
+      allreduce_case(c, r, DataType::i64, ReduceOp::max, 5000, true);    // 40 KB: hierarchical again
+      c.barrier();
+    });
+    bool hierarchical = false;
+    try {
+      w.store->get(name + "/hier/0", Clock::now() + std::chrono::milliseconds(10));
+      hierarchical = true;
+    } catch (const TimeoutError&) {
+    }
+    EXPECT_EQ(hierarchical, hosts.size() != 3 || hosts[0] != 1) << name;
+  }
+}
+
 // Forced hier where it cannot apply says why, on every rank.
 TEST(Hierarchical, RefusedWhereThereIsNoHierarchy) {
   for (std::vector<int> hosts : {std::vector{3}, std::vector{1, 1, 1}}) {

@@ -112,7 +112,7 @@ class HostCommunicator final : public elasticrun::Communicator {
         if (in != out) std::memcpy(out, in, bytes);
       } else if (ShmGroup* g = shm(st, a)) {
         allreduce_shm(*g, in, out, count, t, op, shm_wait(st));
-      } else if (Hierarchy* h = a == Algorithm::hier ? hierarchy(st) : nullptr) {
+      } else if (Hierarchy* h = use_hier(a, bytes) ? hierarchy(st) : nullptr) {
         allreduce_hierarchical(*h, st, in, out, count, t, op);
       } else if (a == Algorithm::hier) {
         throw Error("allreduce: ELASTICRUN_ALGORITHM=hier, but " + hier_unavailable_);
@@ -212,6 +212,14 @@ class HostCommunicator final : public elasticrun::Communicator {
   // Set up by the first hierarchical allreduce; null (with hier_unavailable_ saying
   // why, the same on every rank) when the ranks are on one host, one per host, or
   // laid out other than host by host, or when a host's segment could not be made.
+  // Whether an allreduce of `bytes` is to be hierarchical where the hosts allow it (the
+  // same answer on every rank: hierarchy() is collective the first time). Automatic:
+  // up to hier_max_bytes, and only where this rank's host holds several ranks or some
+  // other's may (local_size() is this host's; hierarchy() gathers everyone's).
+  bool use_hier(Algorithm a, std::size_t bytes) const {
+    return a == Algorithm::hier || (a == Algorithm::automatic && bytes <= cfg_.hier_max_bytes);
+  }
+
   Hierarchy* hierarchy(Step& st) {
     if (hier_) return hier_.get();
     if (!hier_unavailable_.empty()) return nullptr;

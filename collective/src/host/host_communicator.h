@@ -5,12 +5,15 @@
 // call, and if any rank cannot map it every rank falls back to UCX). Otherwise UCX:
 // allreduce by recursive doubling up to `rd_max_bytes` (or when there are fewer
 // elements than ranks) and the pipelined ring above; broadcast binomial or chained;
-// rings for allgather(v) and reduce_scatter. ELASTICRUN_ALGORITHM=shm|ring|rd|auto
-// forces it (ring and rd: UCX for every collective, and that allreduce algorithm);
-// it is read at every call unless HostCommConfig fixes it, so a test program can
-// switch algorithms without rebuilding the communicator. ELASTICRUN_ALGORITHM=hier
-// makes allreduce across hosts hierarchical (hier_allreduce.h): shared memory within
-// each host, UCX among one rank per host.
+// rings for allgather(v) and reduce_scatter. Across hosts that hold several ranks, an
+// allreduce up to `hier_max_bytes` is hierarchical (hier_allreduce.h): shared memory
+// within each host, UCX among one rank per host (bench/RESULTS.md: 2x at 8-32 KiB and
+// 1.2x at 64-512 KiB on shaped 4 x 2 hosts, even at 1 MiB, behind above).
+// ELASTICRUN_ALGORITHM=shm|ring|rd|auto forces it (ring and rd: UCX for every
+// collective, and that allreduce algorithm); it is read at every call unless
+// HostCommConfig fixes it, so a test program can switch algorithms without rebuilding
+// the communicator. ELASTICRUN_ALGORITHM=hier makes every allreduce across hosts
+// hierarchical.
 //
 // Progress: busy-polling when this host runs no more ranks than it has cores,
 // blocking on the UCX event fd otherwise; ELASTICRUN_PROGRESS=busy|block|auto forces it.
@@ -46,6 +49,7 @@ struct HostCommConfig {
   int window = 4;                          // receives posted ahead in pipelines
   std::size_t rd_max_bytes = 32 * 1024;    // automatic allreduce: rd up to this size
   std::size_t chain_min_bytes = 256 * 1024;  // automatic broadcast: chain from this size
+  std::size_t hier_max_bytes = 512 * 1024;   // automatic allreduce: hierarchical up to this size
   // Shared-memory allreduce (bench/RESULTS.md has the measurements behind these):
   std::size_t shm_slot_bytes = 1024 * 1024;       // vector bytes per round (fewer barriers)
   std::size_t shm_max_segment = 16 * 1024 * 1024; // caps the slots when there are many ranks
