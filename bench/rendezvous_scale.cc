@@ -1,15 +1,17 @@
 // rendezvous_scale: a rendezvous round and a recovery for N workers, against the real
 // server, with the simulated workers spread over several processes.
 //
-//   rendezvous_scale [--sizes 1024,4096,16384] [--rounds 3] [--per-process 4096]
+//   rendezvous_scale [--sizes 1024,4096,16384] [--rounds 3] [--per-process 16384]
 //                    [--slots-per-host 8] [--max-handshakes K]
 //
 // This process runs a real rendezvous::Server on its own io_context thread (as in the
 // driver), with the server limits the driver uses. The "workers" are non-blocking
 // sockets driven by one epoll loop in each of ceil(N / per-process) child processes
 // (this program again, --clients): one process cannot hold both ends of 16,384
-// connections under this machine's open-file limit (20,000). Each worker does what
-// RendezvousClient does at init: connect, answer the HMAC challenge (and check the
+// connections under this machine's open-file limit (20,000). Each simulated host
+// connects from a loopback address of its own, as hosts do. Each worker does what
+// RendezvousClient does at init: connect, greet (a heartbeat: the client speaks first;
+// connect again if reset before the hello), answer the HMAC challenge (and check the
 // server's proof), join, one key-value set (its 200-byte address), one barrier.
 //
 // round:    from "go" (every child connects all its workers at once) to the last
@@ -113,6 +115,7 @@ struct Client {
   er::wire::Bytes out;  // bytes not yet written (a send can be partial under load)
   bool want_out = false;
   bool rejoined = false;  // in the recovery's epoch
+  int backoff_ms = 0;     // of its last reconnection
 };
 
 struct Clients {
@@ -120,6 +123,7 @@ struct Clients {
   std::vector<Client> c;
   er::auth::Secret secret{};
   int barriers_done = 0, recovered = 0;
+  int reconnects = 0;
 };
 
 void watch(Clients& cs, std::uint32_t i, bool out) {
@@ -201,17 +205,38 @@ void on_frame(Clients& cs, std::uint32_t i, const er::Frame& f) {
   }
 }
 
-// Connects worker i (without waiting: the server's hello says it is up).
+// The loopback address host "hK" connects from: 127.1.0.1 onwards ("v": 127.2.0.1).
+std::uint32_t source_address(const std::string& host) {
+  if (host == "v") return (127u << 24) | (2u << 16) | 1u;
+  std::uint32_t k = static_cast<std::uint32_t>(std::stoul(host.substr(1)));
+  return (127u << 24) | (1u << 16) | (k / 254) << 8 | (k % 254 + 1);
+}
+
+// Connects worker i and queues its greeting (RendezvousClient speaks first: a
+// heartbeat), written once the connection is up.
 void connect_one(Clients& cs, std::uint32_t i, const sockaddr_in& addr) {
   Client& c = cs.c[i];
   c.fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (c.fd < 0) die(std::string("socket: ") + std::strerror(errno));
   int one = 1;
   ::setsockopt(c.fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  // Each simulated host connects from an address of its own, as hosts do: all 16,384
+  // from 127.0.0.1 would make the kernel search its ephemeral ports across every
+  // connection to the server on each connect (15% of a 16,384-worker round's CPU).
+  sockaddr_in self{};
+  self.sin_family = AF_INET;
+  self.sin_addr.s_addr = htonl(source_address(c.host));
+  ::setsockopt(c.fd, IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, &one, sizeof one);
+  if (::bind(c.fd, reinterpret_cast<const sockaddr*>(&self), sizeof self) != 0)
+    die(std::string("bind: ") + std::strerror(errno));
   if (::connect(c.fd, reinterpret_cast<const sockaddr*>(&addr), sizeof addr) != 0 && errno != EINPROGRESS)
     die(std::string("connect: ") + std::strerror(errno));
+  auto hb = er::encode_frame(er::msg::to_frame(er::msg::Heartbeat{}));
+  c.out.assign(hb.begin(), hb.end());
+  c.parser = er::FrameParser();
+  c.want_out = true;
   epoll_event ev{};
-  ev.events = EPOLLIN;
+  ev.events = EPOLLIN | EPOLLOUT;
   ev.data.u32 = i;
   ::epoll_ctl(cs.ep, EPOLL_CTL_ADD, c.fd, &ev);
 }
@@ -243,9 +268,26 @@ int run_clients(int port, const std::string& secret_hex, int first, int count, i
   std::uint8_t buf[16384];
   bool said_round = false, said_recovered = false, killed = false;
   int survivors = count;
+  std::vector<std::pair<Clock::time_point, std::uint32_t>> retries;  // reconnections due
+  std::minstd_rand jitter(static_cast<std::uint32_t>(::getpid()));
+  auto idle_since = Clock::now();
   while (true) {
-    int k = ::epoll_wait(cs.ep, evs.data(), static_cast<int>(evs.size()), 60000);
-    if (k == 0) die("child: nothing happened for 60 s");
+    auto now = Clock::now();
+    int wait_ms = 1000;
+    for (std::size_t r = 0; r < retries.size();) {
+      if (retries[r].first <= now) {
+        connect_one(cs, retries[r].second, addr);
+        retries[r] = retries.back();
+        retries.pop_back();
+        continue;
+      }
+      wait_ms = std::min<int>(wait_ms, static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                           retries[r].first - now).count()) + 1);
+      ++r;
+    }
+    int k = ::epoll_wait(cs.ep, evs.data(), static_cast<int>(evs.size()), wait_ms);
+    if (k > 0 || !retries.empty()) idle_since = Clock::now();
+    if (Clock::now() - idle_since > std::chrono::seconds(60)) die("child: nothing happened for 60 s");
     for (int e = 0; e < k; ++e) {
       std::uint32_t i = evs[e].data.u32;
       if (i == kStdin) {
@@ -276,6 +318,18 @@ int run_clients(int port, const std::string& secret_hex, int first, int count, i
       if (!(evs[e].events & (EPOLLIN | EPOLLHUP | EPOLLERR))) continue;
       ssize_t r = ::recv(c.fd, buf, sizeof buf, 0);
       if (r < 0 && errno == EAGAIN) continue;
+      if (r <= 0 && c.phase == Phase::hello) {
+        // Reset (or closed) before the server's hello: its listen queue overflowed. As
+        // RendezvousClient does, connect again after a jittered back-off.
+        ::epoll_ctl(cs.ep, EPOLL_CTL_DEL, c.fd, nullptr);
+        ::close(c.fd);
+        c.fd = -1;
+        c.backoff_ms = c.backoff_ms == 0 ? 20 : std::min(c.backoff_ms * 2, 1000);
+        auto pause = std::chrono::milliseconds(c.backoff_ms / 2 + static_cast<int>(jitter() % c.backoff_ms));
+        retries.push_back({Clock::now() + pause, i});
+        ++cs.reconnects;
+        continue;
+      }
       if (r <= 0 && said_recovered) {  // the server stopped after the measurement
         ::epoll_ctl(cs.ep, EPOLL_CTL_DEL, c.fd, nullptr);
         continue;
@@ -287,7 +341,7 @@ int run_clients(int port, const std::string& secret_hex, int first, int count, i
     }
     if (!said_round && cs.barriers_done == count) {
       said_round = true;
-      say("round\n");
+      say(fmt::format("round {}\n", cs.reconnects).c_str());
     }
     // The victim is worker 0: the child that holds it is done once it is gone and the
     // others re-joined; every other child once all its workers did.
@@ -367,7 +421,8 @@ Clock::time_point wait_all(std::vector<Child>& kids, const std::string& word, in
 
 struct Times {
   double round, joined, recovery;
-  long drops = 0;       // packets the kernel dropped meanwhile (softnet backlog full)
+  long reconnects = 0;  // connections reset before the server's hello, made again
+  long drops = 0;  // packets the kernel dropped meanwhile (softnet backlog full)
 };
 
 // Packets dropped by this machine's per-CPU input backlog so far (/proc/net/softnet_stat,
@@ -417,7 +472,8 @@ Times repetition(const std::string& self, int n, int per_process, int slots, std
   long drops0 = softnet_drops();
   auto t0 = Clock::now();
   for (auto& k : kids) tell(k, "go\n");
-  auto t_round = wait_all(kids, "round", 120);
+  long reconnects = 0;
+  auto t_round = wait_all(kids, "round", 120, &reconnects);
   if (std::getenv("RS_DEBUG"))
     std::fprintf(stderr, "round %.3f s, joined %.3f s\n",
                  std::chrono::duration<double>(t_round - t0).count(), std::chrono::duration<double>(t_joined - t0).count());
@@ -443,7 +499,7 @@ Times repetition(const std::string& self, int n, int per_process, int slots, std
     if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) die("a child failed");
   }
   using sec = std::chrono::duration<double>;
-  return {sec(t_round - t0).count(), sec(t_joined - t0).count(), sec(t_recovered - t_kill).count(), drops};
+  return {sec(t_round - t0).count(), sec(t_joined - t0).count(), sec(t_recovered - t_kill).count(), reconnects, drops};
 }
 
 std::vector<int> parse_list(const std::string& s) {
@@ -467,10 +523,10 @@ int main(int argc, char** argv) {
   if (argc == 7 && std::string(argv[1]) == "--clients")
     return run_clients(std::stoi(argv[2]), argv[3], std::stoi(argv[4]), std::stoi(argv[5]), std::stoi(argv[6]));
   std::vector<int> sizes{1024, 4096, 16384};
-  int rounds = 3, per_process = 4096, slots = 8;
+  int rounds = 3, per_process = 16384, slots = 8;
   std::size_t max_handshakes = 0;
   const char* usage =
-      "usage: rendezvous_scale [--sizes 1024,4096,16384] [--rounds 3] [--per-process 4096] [--slots-per-host 8]\n"
+      "usage: rendezvous_scale [--sizes 1024,4096,16384] [--rounds 3] [--per-process 16384] [--slots-per-host 8]\n"
       "                        [--max-handshakes K]\n";
   try {
     for (int i = 1; i < argc; ++i) {
@@ -499,22 +555,23 @@ int main(int argc, char** argv) {
   auto secret = er::auth::random_secret();
   std::printf("# %d repetitions each; workers in processes of %d, %d slots per host; the server's handshake cap %zu\n",
               rounds, per_process, slots, max_handshakes ? max_handshakes : er::rendezvous::ServerLimits{}.max_handshakes);
-  std::printf("%8s %6s %10s %10s %10s %13s %8s %12s %13s %8s\n", "N", "procs", "round_ms", "min_ms", "max_ms",
-              "per_worker_us", "join_ms", "recovery_ms", "rec_per_w_us", "drops");
+  std::printf("%8s %6s %10s %10s %10s %13s %8s %12s %13s %11s %8s\n", "N", "procs", "round_ms", "min_ms", "max_ms",
+              "per_worker_us", "join_ms", "recovery_ms", "rec_per_w_us", "reconnects", "drops");
   for (int n : sizes) {
-    std::vector<double> t, j, rec, lost;
+    std::vector<double> t, j, rec, again, lost;
     for (int r = 0; r < rounds; ++r) {
       auto x = repetition(self, n, per_process, slots, max_handshakes, secret);
       t.push_back(x.round);
       j.push_back(x.joined);
       rec.push_back(x.recovery);
+      again.push_back(static_cast<double>(x.reconnects));
       lost.push_back(static_cast<double>(x.drops));
     }
     double m = median(t), mr = median(rec);
-    std::printf("%8d %6d %10.1f %10.1f %10.1f %13.1f %8.1f %12.1f %13.1f %8.0f\n", n,
+    std::printf("%8d %6d %10.1f %10.1f %10.1f %13.1f %8.1f %12.1f %13.1f %11.0f %8.0f\n", n,
                 (n + per_process - 1) / per_process, m * 1e3, *std::min_element(t.begin(), t.end()) * 1e3,
                 *std::max_element(t.begin(), t.end()) * 1e3, m * 1e6 / n, median(j) * 1e3, mr * 1e3, mr * 1e6 / n,
-                median(lost));
+                median(again), median(lost));
     std::fflush(stdout);
   }
   return 0;

@@ -83,7 +83,11 @@ void Session::handle_auth(const Frame& f) {
 
 void Session::handle(const Frame& f) {
   switch (phase_) {
-    case Phase::auth: return handle_auth(f);
+    case Phase::auth:
+      // A worker speaks first, with a heartbeat, before our hello can reach it
+      // (RendezvousClient::open says why).
+      if (f.type == msg::kHeartbeat) return void(msg::parse<msg::Heartbeat>(f));
+      return handle_auth(f);
     case Phase::join:
       host_.on_join(shared_from_this(), msg::parse<msg::Join>(f));
       if (place_) {

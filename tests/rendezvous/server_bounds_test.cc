@@ -4,6 +4,7 @@
 #include "common/handshake.h"
 #include "server_fixture.h"
 
+#include <poll.h>
 #include <sys/socket.h>
 
 #include <atomic>
@@ -166,6 +167,69 @@ TEST_F(SendQueueCapTest, AWorkerThatDoesNotReadIsCutOff) {
   EXPECT_TRUE(lost) << "a worker with 64 MiB of answers unread was not cut off";
   ::close(fd);
   EXPECT_EQ(other->get("big", Clock::now() + 2s).size(), std::size_t{1} << 20);
+}
+
+}  // namespace
+}  // namespace elasticrun
+
+namespace elasticrun {
+namespace {
+
+// Copies bytes both ways between `a` and `b` until either side ends.
+void pump(int a, int b) {
+  char buf[65536];
+  while (true) {
+    pollfd p[2] = {{a, POLLIN, 0}, {b, POLLIN, 0}};
+    if (::poll(p, 2, 10000) <= 0) return;
+    for (int i = 0; i < 2; ++i) {
+      if (!(p[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+      ssize_t n = ::read(p[i].fd, buf, sizeof buf);
+      if (n <= 0 || ::write(p[1 - i].fd, buf, static_cast<std::size_t>(n)) != n) return;
+    }
+  }
+}
+
+// A connection reset before the server's hello (its listen queue overflowed under a crowd
+// of workers connecting at once) is made again: a proxy in front of the server resets the
+// first two connections it takes, then passes the third through. The worker joins.
+TEST_F(RendezvousTest, AConnectionResetBeforeTheHelloIsMadeAgain) {
+  int lfd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  ASSERT_EQ(::bind(lfd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  ASSERT_EQ(::listen(lfd, 16), 0);
+  ASSERT_EQ(::getsockname(lfd, reinterpret_cast<sockaddr*>(&a), &len), 0);
+  std::atomic<int> accepted{0};
+  std::thread proxy([&] {
+    while (true) {
+      int c = ::accept(lfd, nullptr, nullptr);
+      if (c < 0) return;
+      if (++accepted <= 2) {
+        linger reset{1, 0};
+        ::setsockopt(c, SOL_SOCKET, SO_LINGER, &reset, sizeof reset);
+        ::close(c);
+        continue;
+      }
+      int s = raw_connect();
+      pump(c, s);
+      ::close(s);
+      ::close(c);
+      return;
+    }
+  });
+  std::string via = "127.0.0.1:" + std::to_string(ntohs(a.sin_port));
+  try {
+    auto w = std::make_unique<RendezvousClient>(via, secret_, "h0", 0, 1, Clock::now() + std::chrono::seconds(5));
+    EXPECT_EQ(w->joined().rank, 0);
+    EXPECT_EQ(accepted.load(), 3);
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "the worker did not connect again: " << e.what();
+  }
+  ::shutdown(lfd, SHUT_RDWR);
+  proxy.join();
+  ::close(lfd);
 }
 
 }  // namespace

@@ -13,9 +13,13 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <random>
+#include <thread>
 
 namespace elasticrun::collective {
 namespace {
@@ -86,8 +90,7 @@ RendezvousClient::RendezvousClient(const std::string& addr, const auth::Secret& 
                                    int slot, std::uint64_t epoch, Clock::time_point deadline,
                                    std::chrono::milliseconds keep_alive)
     : abort_(std::make_shared<AbortSignal>()) {
-  fd_ = connect_to(addr, deadline, keep_alive);
-  channel_ = FdChannel(fd_, fd_);
+  open(addr, deadline, keep_alive);
   try {
     handshake(secret, deadline);
     if (auto ok = channel_.write(msg::to_frame(msg::Join{host, static_cast<std::uint32_t>(slot),
@@ -106,8 +109,41 @@ RendezvousClient::RendezvousClient(const std::string& addr, const auth::Secret& 
     beater_ = std::thread([this, every = std::chrono::milliseconds(joined_.heartbeat_ms)] { beat(every); });
 }
 
+// Connects, and speaks first (a heartbeat), though the server's hello opens the
+// handshake. When thousands of workers connect at once, the server's listen queue
+// overflows and its kernel drops the last ACK of some TCP handshakes (with SYN cookies
+// it keeps nothing of them either): a client that only waited for the hello could wait
+// for nothing, its side established and the server's not. Data of ours is retransmitted
+// until the server takes the connection, or is answered with a reset (bench/
+// rendezvous_scale saw one at 16,384 workers): then nothing happened on the server's
+// side, and we connect again after a jittered back-off (20 ms doubling to 1 s), until
+// the deadline. Leaves the server's hello in hello_.
+void RendezvousClient::open(const std::string& addr, Clock::time_point deadline, std::chrono::milliseconds keep_alive) {
+  auto backoff = std::chrono::milliseconds(20);
+  std::minstd_rand jitter(static_cast<std::uint32_t>(::getpid()) ^
+                          static_cast<std::uint32_t>(Clock::now().time_since_epoch().count()));
+  for (int tries = 1;; ++tries) {
+    fd_ = connect_to(addr, deadline, keep_alive);
+    channel_ = FdChannel(fd_, fd_);
+    auto greeted = channel_.write(msg::to_frame(msg::Heartbeat{}), deadline);
+    Result<Frame> f = greeted ? channel_.read(deadline) : Result<Frame>(Failure{greeted.error()});
+    if (f) {
+      hello_ = std::move(*f);
+      return;
+    }
+    ::close(fd_);
+    fd_ = -1;
+    auto pause = std::chrono::duration_cast<std::chrono::milliseconds>(backoff * (0.5 + (jitter() % 1000) / 1000.0));
+    if (f.error().starts_with("timed out") || Clock::now() + pause >= deadline)
+      throw Error(fmt::format("rendezvous server at {}: no hello after {} connection{}: {}", addr, tries,
+                              tries == 1 ? "" : "s", f.error()));
+    std::this_thread::sleep_for(pause);
+    backoff = std::min(backoff * 2, std::chrono::milliseconds(1000));
+  }
+}
+
 void RendezvousClient::handshake(const auth::Secret& secret, Clock::time_point deadline) {
-  auto hello = expect<msg::Hello>(channel_.read(deadline), "handshake");
+  auto hello = expect<msg::Hello>(Result<Frame>(std::move(hello_)), "handshake");
   handshake::Client hs(secret, "worker");
   msg::Auth answer;
   try {

@@ -85,6 +85,7 @@ class RendezvousClient final : public Store {
   // Sends `f` (request id `req`) and waits for its reply frame.
   Frame call(std::uint64_t req, const Frame& f, Clock::time_point deadline, const char* what,
              bool abortable = true);
+  void open(const std::string& addr, Clock::time_point deadline, std::chrono::milliseconds keep_alive);
   void handshake(const auth::Secret& secret, Clock::time_point deadline);
   void reader();
   void on_notify(const msg::Notify& n);
@@ -93,6 +94,7 @@ class RendezvousClient final : public Store {
 
   int fd_ = -1;
   FdChannel channel_;
+  Frame hello_;  // the server's, read by open()
   std::shared_ptr<AbortSignal> abort_;
   std::mutex write_mu_;
   std::mutex mu_;
