@@ -29,6 +29,13 @@ std::uint32_t ms_until(Clock::time_point deadline) {
   return static_cast<std::uint32_t>(std::clamp<long long>(ms, 0, 0x7fffffff));
 }
 
+// A connect that failed, with the last error (errno) of its tries.
+class ConnectFailed : public Error {
+ public:
+  ConnectFailed(const std::string& what, int code) : Error(what), code(code) {}
+  int code;
+};
+
 // Non-blocking connect bounded by the deadline; returns a connected blocking socket.
 int connect_to(const std::string& addr, Clock::time_point deadline, std::chrono::milliseconds keep_alive) {
   auto colon = addr.rfind(':');
@@ -41,6 +48,7 @@ int connect_to(const std::string& addr, Clock::time_point deadline, std::chrono:
   if (int rc = ::getaddrinfo(host.c_str(), port.c_str(), &hints, &res); rc != 0)
     throw Error("cannot resolve rendezvous address '" + addr + "': " + gai_strerror(rc));
   std::string last = "no address";
+  int last_code = 0;
   for (addrinfo* a = res; a; a = a->ai_next) {
     int fd = ::socket(a->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (fd < 0) continue;
@@ -63,11 +71,12 @@ int connect_to(const std::string& addr, Clock::time_point deadline, std::chrono:
       net::keep_alive(fd, keep_alive);  // a driver behind a cut link is noticed, not waited for
       return fd;
     }
+    last_code = errno;
     last = std::strerror(errno);
     ::close(fd);
   }
   ::freeaddrinfo(res);
-  throw Error("cannot connect to the rendezvous server at " + addr + ": " + last);
+  throw ConnectFailed("cannot connect to the rendezvous server at " + addr + ": " + last, last_code);
 }
 
 template <class M>
@@ -123,15 +132,22 @@ void RendezvousClient::open(const std::string& addr, Clock::time_point deadline,
   std::minstd_rand jitter(static_cast<std::uint32_t>(::getpid()) ^
                           static_cast<std::uint32_t>(Clock::now().time_since_epoch().count()));
   for (int tries = 1;; ++tries) {
-    fd_ = connect_to(addr, deadline, keep_alive);
-    channel_ = FdChannel(fd_, fd_);
-    auto greeted = channel_.write(msg::to_frame(msg::Heartbeat{}), deadline);
-    Result<Frame> f = greeted ? channel_.read(deadline) : Result<Frame>(Failure{greeted.error()});
+    Result<Frame> f = Failure{std::string()};
+    try {
+      fd_ = connect_to(addr, deadline, keep_alive);
+      channel_ = FdChannel(fd_, fd_);
+      auto greeted = channel_.write(msg::to_frame(msg::Heartbeat{}), deadline);
+      f = greeted ? channel_.read(deadline) : Result<Frame>(Failure{greeted.error()});
+    } catch (const ConnectFailed& e) {
+      // The reset can come before the connect's completion is seen: the same case.
+      if (e.code != ECONNRESET) throw;
+      f = Failure{std::string(e.what())};
+    }
     if (f) {
       hello_ = std::move(*f);
       return;
     }
-    ::close(fd_);
+    if (fd_ >= 0) ::close(fd_);
     fd_ = -1;
     auto pause = std::chrono::duration_cast<std::chrono::milliseconds>(backoff * (0.5 + (jitter() % 1000) / 1000.0));
     if (f.error().starts_with("timed out") || Clock::now() + pause >= deadline)
