@@ -77,10 +77,17 @@ def test_a_daemons_sigterm_saves_a_checkpoint_and_the_job_goes_on_without_its_ho
     assert [(e["host"], e["signal"]) for e in preempted] == [("127.0.0.2", 15)], preempted
     saved = of_kind(events, "checkpoint_saved")
     assert len(saved) == 1 and saved[0]["requested"] and saved[0]["commit"] >= 10, saved
+    # The worker's end, as the driver saw it first: the daemon's report of its exit (by
+    # the daemon's SIGTERM), or, on a loaded machine, its rendezvous connection closing
+    # before that report was read, which fails the host; the daemon's link is then
+    # stopped and the exit is not in the events (a gap noted on issue 32's stop note).
     exited = [e for e in of_kind(events, "worker_exited") if e["host"] == "127.0.0.2"]
-    assert len(exited) == 1 and exited[0]["signal"] == 15, exited
+    lost = [e for e in of_kind(events, "host_blacklisted") if e["host"] == "127.0.0.2"]
+    assert (len(exited) == 1 and exited[0]["signal"] == 15) or (
+        not exited and len(lost) == 1 and lost[0]["cause"] == "connection_lost"), (exited, lost)
+    left = exited[0] if exited else lost[0]
     # It trained on for the grace: it left 2 s after the signal, not at once.
-    assert exited[0]["t"] - preempted[0]["t"] >= 1.8, (preempted, exited)
+    assert left["t"] - preempted[0]["t"] >= 1.8, (preempted, left)
     assert "127.0.0.2: its daemon got signal 15" in err, err[-2000:]
     assert time.monotonic() - signalled >= 2
 
