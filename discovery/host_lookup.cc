@@ -8,11 +8,6 @@
 
 namespace elasticrun::discovery {
 
-std::string lookup_key(const std::string& name) {
-  std::string key = name.substr(name.find('@') == std::string::npos ? 0 : name.find('@') + 1);
-  if (key.size() > 2 && key.front() == '[' && key.back() == ']') key = key.substr(1, key.size() - 2);
-  return key;
-}
 
 // What the lookup threads share with the owner. `owner` is touched only on the
 // io_context's thread (the handlers and the destructor run there); `alive`, `todo` and
@@ -42,16 +37,16 @@ HostLookups::~HostLookups() {
 }
 
 const HostPlace* HostLookups::find(const std::string& host) const {
-  auto it = known_.find(lookup_key(host));
+  auto it = known_.find(bare_name(host));
   return it == known_.end() ? nullptr : &it->second;
 }
 
 void HostLookups::remember(const std::string& host, HostPlace place) {
-  if (place.found()) known_[lookup_key(host)] = std::move(place);
+  if (place.found()) known_[bare_name(host)] = std::move(place);
 }
 
 void HostLookups::when_known(const std::string& host, std::function<void(const HostPlace&)> then) {
-  std::string key = lookup_key(host);
+  std::string key = bare_name(host);
   // Callbacks already waiting for this host go first, even when an answer is known.
   if (auto it = known_.find(key); it != known_.end() && !waiting_.count(key)) return then(it->second);
   auto [it, fresh] = waiting_.try_emplace(key);

@@ -21,8 +21,6 @@
 
 namespace elasticrun::discovery {
 
-// The key a host is looked up by: "user@host" and "[addr]" by their bare host part.
-std::string lookup_key(const std::string& name);
 
 class HostLookups {
  public:

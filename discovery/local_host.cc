@@ -30,11 +30,15 @@ bool is_loopback(const sockaddr* sa) {
   return false;
 }
 
+}  // namespace
+
 std::string bare_name(const std::string& full) {
   std::string name = full.substr(full.find('@') == std::string::npos ? 0 : full.find('@') + 1);
   if (name.size() > 2 && name.front() == '[' && name.back() == ']') name = name.substr(1, name.size() - 2);
   return name;
 }
+
+namespace {
 
 bool is_self(const std::string& name) {
   char self[256] = {};
@@ -80,24 +84,6 @@ std::string toward(const addrinfo* res) {
 }
 
 }  // namespace
-
-bool is_local_host(const std::string& full) {
-  std::string name = bare_name(full);
-  if (is_self(name)) return true;
-  addrinfo* res = resolve(name);
-  if (!res) return false;
-  bool local = all_local(res);
-  ::freeaddrinfo(res);
-  return local;
-}
-
-std::string local_address_towards(const std::string& full) {
-  addrinfo* res = resolve(bare_name(full));
-  if (!res) return "";
-  std::string out = toward(res);
-  ::freeaddrinfo(res);
-  return out;
-}
 
 HostPlace look_up_host(const std::string& full) {
   std::string name = bare_name(full);

@@ -145,7 +145,7 @@ TEST(HostLookups, RealResolver) {
   EXPECT_TRUE(look_up_host("user@[::1]").local);
   HostPlace none = look_up_host("no-such-host.invalid");
   EXPECT_FALSE(none.found());
-  EXPECT_EQ(lookup_key("user@[fe80::1]"), "fe80::1");
+  EXPECT_EQ(bare_name("user@[fe80::1]"), "fe80::1");
 }
 
 }  // namespace

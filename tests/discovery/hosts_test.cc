@@ -86,10 +86,10 @@ TEST(Hostfile, MissingFileIsAClearError) {
 }
 
 TEST(LocalHost, LoopbackNamesAreLocal) {
-  EXPECT_TRUE(discovery::is_local_host("localhost"));
-  EXPECT_TRUE(discovery::is_local_host("127.0.0.2"));
-  EXPECT_TRUE(discovery::is_local_host("user@127.0.0.1"));
-  EXPECT_FALSE(discovery::is_local_host("192.0.2.1"));  // TEST-NET-1, never assigned
+  EXPECT_TRUE(discovery::look_up_host("localhost").local);
+  EXPECT_TRUE(discovery::look_up_host("127.0.0.2").local);
+  EXPECT_TRUE(discovery::look_up_host("user@127.0.0.1").local);
+  EXPECT_FALSE(discovery::look_up_host("192.0.2.1").local);  // TEST-NET-1, never assigned
 }
 
 }  // namespace
