@@ -24,6 +24,7 @@ inline constexpr const char* kHostTimeout = "ELASTICRUN_HOST_TIMEOUT";
 inline constexpr const char* kAlgorithm = "ELASTICRUN_ALGORITHM";  // auto|shm|hier|ring|rd
 inline constexpr const char* kProgress = "ELASTICRUN_PROGRESS";    // auto|busy|block
 inline constexpr const char* kCollectiveTimeout = "ELASTICRUN_COLLECTIVE_TIMEOUT";  // seconds
+inline constexpr const char* kSegment = "ELASTICRUN_SEGMENT";      // bytes, K/M suffix
 // The CUDA device index a worker uses (among its visible ones): the user's choice, an
 // error when out of range.
 inline constexpr const char* kDevice = "ELASTICRUN_DEVICE";
@@ -98,8 +99,8 @@ inline constexpr const char* kSshConfig = "ELASTICRUN_SSH_CONFIG";
 // (local workers inherit the rest too; remote ones get only this and -x): the
 // library's settings above, OMP_NUM_THREADS, and the transports' (names starting UCX_
 // or NCCL_), so that a job is tuned the same everywhere. -x VAR=VALUE overrides.
-inline constexpr const char* kForwarded[] = {kAlgorithm, kProgress, kCollectiveTimeout, kLogLevel, kNcclShrink,
-                                             kOmpNumThreads};
+inline constexpr const char* kForwarded[] = {kAlgorithm, kProgress, kSegment, kCollectiveTimeout, kLogLevel,
+                                             kNcclShrink, kOmpNumThreads};
 inline constexpr const char* kForwardedPrefixes[] = {"UCX_", "NCCL_"};
 
 }  // namespace elasticrun::env

@@ -39,8 +39,9 @@ const char* name_of(Algorithm a) {
   }
 }
 
-// The ways every collective can go: UCX (forced ring), shared memory, and shared
-// memory with 4 KiB slots so that even small calls take many rounds.
+// The ways every collective can go: UCX (forced ring), UCX with 4 KiB pipeline
+// segments (so that a mid-size call takes many chunks per ring step), shared memory,
+// and shared memory with 4 KiB slots so that even small calls take many rounds.
 struct Path {
   std::string name;
   HostCommConfig cfg;
@@ -48,7 +49,9 @@ struct Path {
 std::vector<Path> paths() {
   HostCommConfig tiny = config(Algorithm::shm);
   tiny.shm_slot_bytes = 4096;
-  return {{"ucx/", config(Algorithm::ring)}, {"shm/", config(Algorithm::shm)}, {"shm4k/", tiny}};
+  HostCommConfig chunked = config(Algorithm::ring);
+  chunked.segment = 4096;
+  return {{"ucx/", config(Algorithm::ring)}, {"ucx4k/", chunked}, {"shm/", config(Algorithm::shm)}, {"shm4k/", tiny}};
 }
 
 std::string ctx(const char* what, int rank, DataType t, ReduceOp op, std::size_t count, bool in_place) {

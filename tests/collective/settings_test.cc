@@ -45,7 +45,7 @@ std::string error_of(Fn fn) {
 
 TEST(Settings, Defaults) {
   for (const char* name : {env::kCollectiveTimeout, env::kRejoinTimeout, env::kHostTimeout, env::kAlgorithm,
-                           env::kProgress, env::kDevice, env::kDeviceHint, env::kNcclShrink})
+                           env::kProgress, env::kDevice, env::kDeviceHint, env::kNcclShrink, env::kSegment})
     ::unsetenv(name);
   EXPECT_EQ(collective_timeout(), 300s);
   EXPECT_EQ(collective_timeout(), kDefaultCollectiveTimeout);
@@ -56,6 +56,7 @@ TEST(Settings, Defaults) {
   EXPECT_FALSE(device());
   EXPECT_FALSE(device_hint());
   EXPECT_TRUE(nccl_shrink());
+  EXPECT_EQ(segment(), std::nullopt);
 }
 
 TEST(Settings, EmptyMeansDefault) {
@@ -116,6 +117,24 @@ TEST(Settings, AlgorithmAndProgress) {
   p.set("spin");
   EXPECT_EQ(error_of([] { progress(); }),
             "ELASTICRUN_PROGRESS: unknown progress mode 'spin' (expected auto, busy or block)");
+}
+
+TEST(Settings, Segment) {
+  Env s(env::kSegment, "65536");
+  EXPECT_EQ(segment(), std::optional<std::size_t>(65536));
+  s.set("64K");
+  EXPECT_EQ(segment(), std::optional<std::size_t>(65536));
+  s.set("1k");
+  EXPECT_EQ(segment(), std::optional<std::size_t>(1024));
+  s.set("64M");
+  EXPECT_EQ(segment(), std::optional<std::size_t>(64u << 20));
+  s.set("");
+  EXPECT_EQ(segment(), std::nullopt);
+  for (const char* bad : {"1023", "0", "65M", "67108865", "-4K", "+4K", " 4K", "4KB", "4G", "K", "99999999999999999999K"}) {
+    s.set(bad);
+    EXPECT_EQ(error_of([] { segment(); }), std::string("ELASTICRUN_SEGMENT='") + bad +
+                                               "' is not a byte count from 1K to 64M (digits, then K or M for KiB or MiB)");
+  }
 }
 
 TEST(Settings, Devices) {

@@ -69,6 +69,21 @@ def test_allreduce_check_on_uneven_hosts_includes_hierarchical(job):
     assert "algorithms: ring rd hier" in r.stdout
 
 
+@pytest.mark.skipif(not (EXAMPLES / "allreduce_check").exists(), reason="allreduce_check not built")
+def test_segment_setting_reaches_the_workers_and_a_bad_one_is_refused(job):
+    # ELASTICRUN_SEGMENT from the driver's environment: 1 KiB segments make every ring and
+    # chain step of allreduce_check's 64 KiB case dozens of chunks, across two "hosts".
+    env = {"ELASTICRUN_SEGMENT": "1K"}
+    r = job.run(["-np", 3, "-H", "localhost:2,127.0.0.2:1", EXAMPLES / "allreduce_check", "--large", 64 << 10],
+                env=env, timeout=300)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert r.stdout.count("allreduce_check: OK") == 3
+    r = job.run(["-np", 2, "-H", "localhost:1,127.0.0.2:1", EXAMPLES / "allreduce_check"],
+                env={"ELASTICRUN_SEGMENT": "4G"}, timeout=120)
+    assert r.returncode != 0
+    assert "ELASTICRUN_SEGMENT='4G' is not a byte count from 1K to 64M" in r.stdout + r.stderr, r.stderr[-3000:]
+
+
 def test_command_and_its_flags_pass_through(job):
     r = job.run(["-np", 2, "sh", "-c", 'echo "args:$*"', "sh", "--lr", "0.1", "-v", "-np", "7"])
     assert r.returncode == 0, r.stderr

@@ -107,6 +107,22 @@ Progress progress() {
   return v ? parse_progress(v, env::kProgress) : Progress::automatic;
 }
 
+std::optional<std::size_t> segment() {
+  const char* v = value_of(env::kSegment);
+  if (!v) return std::nullopt;
+  const std::string rule = "a byte count from 1K to 64M (digits, then K or M for KiB or MiB)";
+  char* end = nullptr;
+  errno = 0;
+  unsigned long long n = std::strtoull(v, &end, 10);
+  if (*v < '0' || *v > '9' || errno != 0) throw Error(bad(env::kSegment, v, rule.c_str()));
+  std::size_t unit = 1;
+  if ((*end == 'K' || *end == 'k') && end[1] == '\0') unit = 1024;
+  else if ((*end == 'M' || *end == 'm') && end[1] == '\0') unit = 1024 * 1024;
+  else if (*end != '\0') throw Error(bad(env::kSegment, v, rule.c_str()));
+  if (n > kMaxSegment / unit || n * unit < kMinSegment) throw Error(bad(env::kSegment, v, rule.c_str()));
+  return static_cast<std::size_t>(n * unit);
+}
+
 std::optional<int> device() { return parse_device(std::getenv(env::kDevice), env::kDevice); }
 std::optional<int> device_hint() { return parse_device(std::getenv(env::kDeviceHint), env::kDeviceHint); }
 

@@ -13,6 +13,7 @@
 #include "common/env.h"
 
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -58,6 +59,13 @@ std::chrono::milliseconds host_timeout();
 // ELASTICRUN_ALGORITHM (parse_algorithm) and ELASTICRUN_PROGRESS (parse_progress), default auto.
 Algorithm algorithm();
 Progress progress();
+
+// ELASTICRUN_SEGMENT: the UCX algorithms' pipeline chunk in bytes, an integer with an
+// optional K or M suffix (binary), from kMinSegment to kMaxSegment; unset: by layout
+// (HostCommConfig::segment).
+inline constexpr std::size_t kMinSegment = 1024;
+inline constexpr std::size_t kMaxSegment = 64 * 1024 * 1024;
+std::optional<std::size_t> segment();
 
 // ELASTICRUN_DEVICE and ELASTICRUN_DEVICE_HINT (parse_device); unset by default.
 std::optional<int> device();

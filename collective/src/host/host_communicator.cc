@@ -49,6 +49,9 @@ class HostCommunicator final : public elasticrun::Communicator {
   HostCommunicator(const HostCommConfig& cfg, std::shared_ptr<Store> store, std::shared_ptr<AbortSignal> abort)
       : cfg_(cfg), store_(store), abort_(abort) {
     blocking_ = resolve_progress(cfg) == Progress::block;
+    const bool across_hosts = cfg.local_size > 0 && cfg.local_size < cfg.size;
+    segment_ = cfg.segment ? *cfg.segment
+                           : settings::segment().value_or(across_hosts ? cfg.net_segment_bytes : cfg.segment_bytes);
     if (cfg.size == 1) {
       tp_ = std::make_unique<SelfTransport>();
       return;
@@ -68,6 +71,7 @@ class HostCommunicator final : public elasticrun::Communicator {
   HostCommunicator(const HostCommConfig& cfg, std::shared_ptr<Store> store, std::shared_ptr<AbortSignal> abort,
                    std::unique_ptr<Transport> tp)
       : cfg_(cfg), store_(std::move(store)), abort_(std::move(abort)), tp_(std::move(tp)) {
+    segment_ = cfg.segment.value_or(cfg.segment_bytes);
     shm_unavailable_ = hier_unavailable_ = "a process set runs on the UCX algorithms";
   }
 
@@ -97,6 +101,7 @@ class HostCommunicator final : public elasticrun::Communicator {
     c.size = c.local_size = static_cast<int>(m.size());
     c.local_rank = c.rank;
     c.parent_size = cfg_.size;
+    c.segment = segment_;  // the parent's choice: the same on every member
     c.scope = cfg_.scope + "set" + std::to_string(id) + "/";
     s.comm = std::make_unique<HostCommunicator>(c, store_, abort_, std::make_unique<SubTransport>(*tp_, m, id));
     s.members = std::move(m);
@@ -275,7 +280,7 @@ class HostCommunicator final : public elasticrun::Communicator {
     const ReduceOp acc = accumulate_op(op);
     if (h.leader)
       ha.across = [&](std::size_t round, void* buf, std::size_t n) {
-        Step sub{*h.leaders, st.deadline, first + round, ws_, cfg_.segment_bytes, cfg_.window, st.what};
+        Step sub{*h.leaders, st.deadline, first + round, ws_, segment_, cfg_.window, st.what};
         if (n * elem <= cfg_.rd_max_bytes || n < static_cast<std::size_t>(h.leaders->size()))
           allreduce_rd(sub, buf, buf, n, t, acc);
         else
@@ -400,7 +405,7 @@ class HostCommunicator final : public elasticrun::Communicator {
   void run(const char* what, F&& body) {
     abort_->check();
     if (!broken_.empty()) throw Error(std::string(what) + ": communicator unusable after: " + broken_);
-    Step st{*tp_, Clock::now() + cfg_.timeout, seq_++, ws_, cfg_.segment_bytes, cfg_.window, what};
+    Step st{*tp_, Clock::now() + cfg_.timeout, seq_++, ws_, segment_, cfg_.window, what};
     try {
       body(st);
     } catch (const std::exception& e) {
@@ -414,6 +419,7 @@ class HostCommunicator final : public elasticrun::Communicator {
   std::shared_ptr<Store> store_;
   std::shared_ptr<AbortSignal> abort_;
   bool blocking_ = false;
+  std::size_t segment_ = 0;  // the UCX algorithms' pipeline chunk (HostCommConfig::segment)
   std::unique_ptr<Transport> tp_;  // UCX, or SelfTransport in a world of one
   std::unique_ptr<ShmGroup> shm_;
   std::string shm_unavailable_;  // why there is no shm_, once decided

@@ -45,7 +45,14 @@ struct HostCommConfig {
   // Unset: settings::algorithm() / settings::progress() (ELASTICRUN_ALGORITHM / _PROGRESS).
   std::optional<Algorithm> algorithm;
   std::optional<Progress> progress;
-  std::size_t segment_bytes = 256 * 1024;  // pipeline chunk of the ring and chain
+  // Pipeline chunk of the UCX ring and chain: `segment` if set, else ELASTICRUN_SEGMENT,
+  // else by layout (the same on every rank): net_segment_bytes where the ranks span hosts
+  // (eager messages below UCX_RNDV_THRESH, no rendezvous handshake per chunk; 1.19x at 4
+  // MiB over 8 hosts' 100 Mbit/s links, bench/RESULTS.md), segment_bytes on one host (a
+  // single-copy rendezvous per chunk wins there).
+  std::optional<std::size_t> segment;
+  std::size_t segment_bytes = 256 * 1024;
+  std::size_t net_segment_bytes = 64 * 1024;
   int window = 4;                          // receives posted ahead in pipelines
   std::size_t rd_max_bytes = 32 * 1024;    // automatic allreduce: rd up to this size
   std::size_t chain_min_bytes = 256 * 1024;  // automatic broadcast: chain from this size
