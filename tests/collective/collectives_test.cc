@@ -1,5 +1,5 @@
 // Every collective, checked against a local reference, for world sizes 1..5, every
-// allreduce algorithm (ring, recursive doubling, shared memory), several sizes (0, 1, odd, ~8 MiB), in place and out of place.
+// allreduce algorithm (ring, recursive doubling, recursive halving-doubling, shared memory), several sizes (0, 1, odd, ~8 MiB), in place and out of place.
 #include "rank_fixture.h"
 #include "test_data.h"
 
@@ -34,6 +34,7 @@ const char* name_of(Algorithm a) {
   switch (a) {
     case Algorithm::ring: return "ring/";
     case Algorithm::rd: return "rd/";
+    case Algorithm::rhd: return "rhd/";
     case Algorithm::shm: return "shm/";
     default: return "auto/";
   }
@@ -75,7 +76,7 @@ void allreduce_case(Communicator& c, int r, DataType t, ReduceOp op, std::size_t
 
 TEST_P(Collectives, AllreduceEveryTypeAndOp) {
   World w(GetParam());
-  for (Algorithm a : {Algorithm::ring, Algorithm::rd, Algorithm::shm})
+  for (Algorithm a : {Algorithm::ring, Algorithm::rd, Algorithm::rhd, Algorithm::shm})
     run_ranks(w, config(a), name_of(a), [](int r, Communicator& c) {
       for (DataType t : kAllTypes)
         for (ReduceOp op : kAllOps)
@@ -99,7 +100,7 @@ TEST_P(Collectives, AllreduceSharedMemoryRounds) {
 
 TEST_P(Collectives, AllreduceLarge) {
   World w(GetParam());
-  for (Algorithm a : {Algorithm::ring, Algorithm::rd, Algorithm::shm})
+  for (Algorithm a : {Algorithm::ring, Algorithm::rd, Algorithm::rhd, Algorithm::shm})
     run_ranks(w, config(a), name_of(a), [](int r, Communicator& c) {
       for (bool in_place : {false, true}) allreduce_case(c, r, DataType::f32, ReduceOp::sum, kLarge, in_place);
       allreduce_case(c, r, DataType::f16, ReduceOp::avg, 300001, false);
@@ -374,7 +375,7 @@ TEST(Hierarchical, AutomaticUpToItsLimitWhereHostsHoldSeveralRanks) {
     }, name + "/", [](int r, Communicator& c) {
       allreduce_case(c, r, DataType::f32, ReduceOp::sum, 1023, false);   // 4 KiB: hierarchical
       allreduce_case(c, r, DataType::f32, ReduceOp::sum, 100000, false); // 400 KB: the ring
-      allreduce_case(c, r, DataType::i64, ReduceOp::max, 5000, true);    // 40 KB: hierarchical again
+      allreduce_case(c, r, DataType::i64, ReduceOp::max, 5000, true);    // 40 KB: hierarchical again (1-1-1: rhd)
       c.barrier();
     });
     bool hierarchical = false;

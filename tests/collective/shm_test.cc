@@ -300,13 +300,14 @@ TEST(AlgorithmSetting, ParsesEveryNameAndRefusesOthers) {
   EXPECT_EQ(parse_algorithm("hier", "X"), Algorithm::hier);
   EXPECT_EQ(parse_algorithm("ring", "X"), Algorithm::ring);
   EXPECT_EQ(parse_algorithm("rd", "X"), Algorithm::rd);
+  EXPECT_EQ(parse_algorithm("rhd", "X"), Algorithm::rhd);
   for (const char* bad : {"", "SHM", "ring ", "tree"}) {
     try {
       parse_algorithm(bad, "ELASTICRUN_ALGORITHM");
       ADD_FAILURE() << "accepted '" << bad << "'";
     } catch (const Error& e) {
       EXPECT_EQ(std::string(e.what()), std::string("ELASTICRUN_ALGORITHM: unknown algorithm '") + bad +
-                                           "' (expected auto, shm, hier, ring or rd)");
+                                           "' (expected auto, shm, hier, ring, rd or rhd)");
     }
   }
 }

@@ -54,9 +54,10 @@ Algorithm parse_algorithm(const std::string& s, const char* what) {
   if (s == "auto") return Algorithm::automatic;
   if (s == "ring") return Algorithm::ring;
   if (s == "rd") return Algorithm::rd;
+  if (s == "rhd") return Algorithm::rhd;
   if (s == "shm") return Algorithm::shm;
   if (s == "hier") return Algorithm::hier;
-  throw Error(std::string(what) + ": unknown algorithm '" + s + "' (expected auto, shm, hier, ring or rd)");
+  throw Error(std::string(what) + ": unknown algorithm '" + s + "' (expected auto, shm, hier, ring, rd or rhd)");
 }
 
 Progress parse_progress(const std::string& s, const char* what) {

@@ -49,6 +49,7 @@ struct Step {
 
 void allreduce_ring(Step& st, const void* in, void* out, std::size_t count, DataType t, ReduceOp op);
 void allreduce_rd(Step& st, const void* in, void* out, std::size_t count, DataType t, ReduceOp op);
+void allreduce_rhd(Step& st, const void* in, void* out, std::size_t count, DataType t, ReduceOp op);
 void reduce_scatter_ring(Step& st, const void* in, void* out, std::size_t count, DataType t, ReduceOp op);
 // counts in elements of `elem` bytes; out receives every rank's block in rank order.
 void allgatherv_ring(Step& st, const void* in, void* out, std::span<const std::size_t> counts, std::size_t elem);

@@ -52,6 +52,7 @@ class HostCommunicator final : public elasticrun::Communicator {
     const bool across_hosts = cfg.local_size > 0 && cfg.local_size < cfg.size;
     segment_ = cfg.segment ? *cfg.segment
                            : settings::segment().value_or(across_hosts ? cfg.net_segment_bytes : cfg.segment_bytes);
+    crossover_ = cfg.crossover.value_or(across_hosts ? cfg.net_crossover : cfg.local_crossover);
     if (cfg.size == 1) {
       tp_ = std::make_unique<SelfTransport>();
       return;
@@ -72,6 +73,7 @@ class HostCommunicator final : public elasticrun::Communicator {
                    std::unique_ptr<Transport> tp)
       : cfg_(cfg), store_(std::move(store)), abort_(std::move(abort)), tp_(std::move(tp)) {
     segment_ = cfg.segment.value_or(cfg.segment_bytes);
+    crossover_ = cfg.crossover.value_or(cfg.local_crossover);
     shm_unavailable_ = hier_unavailable_ = "a process set runs on the UCX algorithms";
   }
 
@@ -101,7 +103,8 @@ class HostCommunicator final : public elasticrun::Communicator {
     c.size = c.local_size = static_cast<int>(m.size());
     c.local_rank = c.rank;
     c.parent_size = cfg_.size;
-    c.segment = segment_;  // the parent's choice: the same on every member
+    c.segment = segment_;  // the parent's choices: the same on every member
+    c.crossover = crossover_;
     c.scope = cfg_.scope + "set" + std::to_string(id) + "/";
     s.comm = std::make_unique<HostCommunicator>(c, store_, abort_, std::make_unique<SubTransport>(*tp_, m, id));
     s.members = std::move(m);
@@ -121,10 +124,8 @@ class HostCommunicator final : public elasticrun::Communicator {
         allreduce_hierarchical(*h, st, in, out, count, t, op);
       } else if (a == Algorithm::hier) {
         throw Error("allreduce: ELASTICRUN_ALGORITHM=hier, but " + hier_unavailable_);
-      } else if (use_rd(a, bytes, count)) {
-        allreduce_rd(st, in, out, count, t, op);
       } else {
-        allreduce_ring(st, in, out, count, t, op);
+        allreduce_flat(st, a, in, out, count, t, op);
       }
     });
   }
@@ -201,9 +202,17 @@ class HostCommunicator final : public elasticrun::Communicator {
     return cfg_.algorithm ? *cfg_.algorithm : settings::algorithm();
   }
 
-  bool use_rd(Algorithm a, std::size_t bytes, std::size_t count) const {
-    if (a == Algorithm::automatic) return bytes <= cfg_.rd_max_bytes || count < static_cast<std::size_t>(cfg_.size);
-    return a == Algorithm::rd;
+  // An allreduce among st.tp's ranks over UCX: ring, rd or rhd as forced, else by size
+  // (HostCommConfig::Crossover), the same on every rank.
+  void allreduce_flat(Step& st, Algorithm a, const void* in, void* out, std::size_t count, DataType t, ReduceOp op) {
+    const std::size_t bytes = count * size_of(t);
+    if (a != Algorithm::ring && a != Algorithm::rd && a != Algorithm::rhd)
+      a = bytes <= crossover_.rd_max || count < static_cast<std::size_t>(st.tp.size()) ? Algorithm::rd
+          : bytes <= crossover_.rhd_max                                               ? Algorithm::rhd
+                                                                                     : Algorithm::ring;
+    if (a == Algorithm::rd) allreduce_rd(st, in, out, count, t, op);
+    else if (a == Algorithm::rhd) allreduce_rhd(st, in, out, count, t, op);
+    else allreduce_ring(st, in, out, count, t, op);
   }
 
   // The two levels of a hierarchical allreduce, as this rank sees them.
@@ -281,10 +290,7 @@ class HostCommunicator final : public elasticrun::Communicator {
     if (h.leader)
       ha.across = [&](std::size_t round, void* buf, std::size_t n) {
         Step sub{*h.leaders, st.deadline, first + round, ws_, segment_, cfg_.window, st.what};
-        if (n * elem <= cfg_.rd_max_bytes || n < static_cast<std::size_t>(h.leaders->size()))
-          allreduce_rd(sub, buf, buf, n, t, acc);
-        else
-          allreduce_ring(sub, buf, buf, n, t, acc);
+        allreduce_flat(sub, Algorithm::automatic, buf, buf, n, t, acc);
       };
     allreduce_hier(ha, in, out, count, t, op, shm_wait(st));
   }
@@ -420,6 +426,7 @@ class HostCommunicator final : public elasticrun::Communicator {
   std::shared_ptr<AbortSignal> abort_;
   bool blocking_ = false;
   std::size_t segment_ = 0;  // the UCX algorithms' pipeline chunk (HostCommConfig::segment)
+  HostCommConfig::Crossover crossover_;
   std::unique_ptr<Transport> tp_;  // UCX, or SelfTransport in a world of one
   std::unique_ptr<ShmGroup> shm_;
   std::string shm_unavailable_;  // why there is no shm_, once decided

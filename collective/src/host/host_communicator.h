@@ -3,13 +3,14 @@
 // Algorithm choice: when every rank runs on this host, every collective goes
 // through shared memory (shm_collectives.h; the segment is set up at the first
 // call, and if any rank cannot map it every rank falls back to UCX). Otherwise UCX:
-// allreduce by recursive doubling up to `rd_max_bytes` (or when there are fewer
-// elements than ranks) and the pipelined ring above; broadcast binomial or chained;
+// allreduce by recursive doubling for small vectors (or when there are fewer elements
+// than ranks), recursive halving-doubling for middle ones where the ranks span hosts,
+// and the pipelined ring above (HostCommConfig::Crossover); broadcast binomial or chained;
 // rings for allgather(v) and reduce_scatter. Across hosts that hold several ranks, an
 // allreduce up to `hier_max_bytes` is hierarchical (hier_allreduce.h): shared memory
 // within each host, UCX among one rank per host (bench/RESULTS.md: 2x at 8-32 KiB and
 // 1.2x at 64-512 KiB on shaped 4 x 2 hosts, even at 1 MiB, behind above).
-// ELASTICRUN_ALGORITHM=shm|ring|rd|auto forces it (ring and rd: UCX for every
+// ELASTICRUN_ALGORITHM=shm|ring|rd|rhd|auto forces it (ring, rd and rhd: UCX for every
 // collective, and that allreduce algorithm); it is read at every call unless
 // HostCommConfig fixes it, so a test program can switch algorithms without rebuilding
 // the communicator. ELASTICRUN_ALGORITHM=hier makes every allreduce across hosts
@@ -54,7 +55,19 @@ struct HostCommConfig {
   std::size_t segment_bytes = 256 * 1024;
   std::size_t net_segment_bytes = 64 * 1024;
   int window = 4;                          // receives posted ahead in pipelines
-  std::size_t rd_max_bytes = 32 * 1024;    // automatic allreduce: rd up to this size
+  // The automatic flat allreduce: recursive doubling up to rd_max bytes, recursive
+  // halving-doubling up to rhd_max, the ring above. `crossover` if set, else by layout
+  // (the same on every rank). Where the ranks span hosts the bytes on the links are the
+  // cost from a few KiB up (on 8 namespace hosts behind 200 Mbit/s links rhd took 1.3-2.2x
+  // less time than rd at 8-32 KiB and the ring 1.3x less than rhd from 256 KiB;
+  // bench/RESULTS.md). On one host (UCX there is a forced or fallback path) rd up to
+  // 32 KiB and the ring above, as measured before rhd existed.
+  struct Crossover {
+    std::size_t rd_max = 0, rhd_max = 0;
+  };
+  std::optional<Crossover> crossover;
+  Crossover local_crossover{32 * 1024, 32 * 1024};
+  Crossover net_crossover{8 * 1024, 128 * 1024};
   std::size_t chain_min_bytes = 256 * 1024;  // automatic broadcast: chain from this size
   std::size_t hier_max_bytes = 512 * 1024;   // automatic allreduce: hierarchical up to this size
   // Shared-memory allreduce (bench/RESULTS.md has the measurements behind these):
