@@ -40,9 +40,10 @@ const char* name_of(Algorithm a) {
   }
 }
 
-// The ways every collective can go: UCX (forced ring), UCX with 4 KiB pipeline
-// segments (so that a mid-size call takes many chunks per ring step), shared memory,
-// and shared memory with 4 KiB slots so that even small calls take many rounds.
+// The ways every collective can go: UCX (forced ring) as on one host, UCX as across
+// hosts (Bruck's allgather and the halving reduce-scatter for small calls) with 4 KiB
+// pipeline segments (so that a mid-size call takes many chunks per ring step), shared
+// memory, and shared memory with 4 KiB slots so that even small calls take many rounds.
 struct Path {
   std::string name;
   HostCommConfig cfg;
@@ -50,9 +51,10 @@ struct Path {
 std::vector<Path> paths() {
   HostCommConfig tiny = config(Algorithm::shm);
   tiny.shm_slot_bytes = 4096;
-  HostCommConfig chunked = config(Algorithm::ring);
-  chunked.segment = 4096;
-  return {{"ucx/", config(Algorithm::ring)}, {"ucx4k/", chunked}, {"shm/", config(Algorithm::shm)}, {"shm4k/", tiny}};
+  HostCommConfig net = config(Algorithm::ring);
+  net.segment = 4096;
+  net.crossover = net.net_crossover;
+  return {{"ucx/", config(Algorithm::ring)}, {"ucxnet4k/", net}, {"shm/", config(Algorithm::shm)}, {"shm4k/", tiny}};
 }
 
 std::string ctx(const char* what, int rank, DataType t, ReduceOp op, std::size_t count, bool in_place) {

@@ -1,6 +1,6 @@
 // Latency-oriented and exchange algorithms: recursive-doubling allreduce, the two
 // broadcasts, pairwise alltoall and the dissemination barrier. The ring family is
-// in ring.cc.
+// in ring.cc, the halving and Bruck ones in halving.cc.
 #include "host/algorithms.h"
 #include "host/reduce.h"
 #include "host/schedule.h"
@@ -14,15 +14,21 @@ namespace {
 
 using Request = Transport::Request;
 
-// Combines `mine` with a peer's copy so that every rank computes the same bits:
-// the lower rank's data is always the left operand (matters only for NaN min/max).
+}  // namespace
+
 void combine(DataType t, ReduceOp op, void* mine, const void* theirs, std::size_t n, bool peer_lower) {
   ReduceOp acc = accumulate_op(op);
   if (peer_lower) reduce(t, acc, mine, theirs, mine, n);
   else reduce(t, acc, mine, mine, theirs, n);
 }
 
-}  // namespace
+void sit_out(Step& st, int partner, const void* send, std::size_t send_bytes, void* recv, std::size_t recv_bytes,
+             std::uint64_t back_tag) {
+  Request out = st.tp.isend(partner, st.tag(0), send, send_bytes);
+  st.tp.wait(out, st.deadline, st.what);
+  Request back = st.tp.irecv(partner, st.tag(back_tag), recv, recv_bytes);
+  st.tp.wait(back, st.deadline, st.what);
+}
 
 // Recursive doubling: in round k every participant swaps its whole vector with the
 // rank whose index differs in bit k and reduces, so after log2(p) rounds all hold
@@ -38,13 +44,7 @@ void allreduce_rd(Step& st, const void* in, void* out, std::size_t count, DataTy
   // their own, so derive it from the common power of two.
   std::uint64_t last_tag = 1;
   for (int p = 1; p < plan.pow2; p <<= 1) ++last_tag;
-  if (plan.folded_out) {
-    Request send = st.tp.isend(plan.fold_peer, st.tag(0), out, bytes);
-    st.tp.wait(send, st.deadline, st.what);
-    Request recv = st.tp.irecv(plan.fold_peer, st.tag(last_tag), out, bytes);
-    st.tp.wait(recv, st.deadline, st.what);
-    return;
-  }
+  if (plan.folded_out) return sit_out(st, plan.fold_peer, out, bytes, out, bytes, last_tag);
   std::byte* tmp = st.ws.tmp(std::max<std::size_t>(bytes, 1));
   if (plan.fold_peer >= 0) {
     Request recv = st.tp.irecv(plan.fold_peer, st.tag(0), tmp, bytes);
@@ -58,84 +58,6 @@ void allreduce_rd(Step& st, const void* in, void* out, std::size_t count, DataTy
     combine(t, op, out, tmp, count, peer < r);
   }
   if (op == ReduceOp::avg) finalize_avg(t, out, count, n);
-  if (plan.fold_peer >= 0) {
-    Request send = st.tp.isend(plan.fold_peer, st.tag(last_tag), out, bytes);
-    st.tp.wait(send, st.deadline, st.what);
-  }
-}
-
-// Recursive halving, then doubling (Rabenseifner): the p participants (after the same
-// fold as recursive doubling) split the vector into p blocks. Halving, round by round
-// from the highest bit of the participant index down: a participant keeps the half of
-// its current range on its side of that bit, sends the other half to the partner across
-// it and reduces the partner's copy of the kept half into its own. After log2(p) rounds
-// participant v holds block v fully reduced. Doubling undoes it: each round swaps the
-// ranges the two partners hold, lowest bit first, until everyone has every block. Each
-// participant sends 2 (p-1)/p of the vector in 2 log2(p) messages, against recursive
-// doubling's log2(p) whole vectors: the middle sizes, where the bytes on the link
-// already cost more than the rounds. Every block is reduced along one path, so every
-// rank ends with the same bits.
-void allreduce_rhd(Step& st, const void* in, void* out, std::size_t count, DataType t, ReduceOp op) {
-  int r = st.tp.rank(), n = st.tp.size();
-  const std::size_t elem = size_of(t);
-  const std::size_t bytes = count * elem;
-  if (in != out) std::memcpy(out, in, bytes);
-  schedule::RecursiveDoubling plan = schedule::recursive_doubling(r, n);
-  const int rounds = static_cast<int>(plan.partners.size());
-  int log2p = 0;
-  while ((1 << log2p) < plan.pow2) ++log2p;
-  const std::uint64_t last_tag = 2 * static_cast<std::uint64_t>(log2p) + 1;
-  auto* data = static_cast<std::byte*>(out);
-  if (plan.folded_out) {
-    Request send = st.tp.isend(plan.fold_peer, st.tag(0), out, bytes);
-    st.tp.wait(send, st.deadline, st.what);
-    Request recv = st.tp.irecv(plan.fold_peer, st.tag(last_tag), out, bytes);
-    st.tp.wait(recv, st.deadline, st.what);
-    return;
-  }
-  std::byte* tmp = st.ws.tmp(std::max<std::size_t>(bytes, 1));  // a half can hold a few more than count / 2
-  if (plan.fold_peer >= 0) {
-    Request recv = st.tp.irecv(plan.fold_peer, st.tag(0), tmp, bytes);
-    st.tp.wait(recv, st.deadline, st.what);
-    combine(t, op, out, tmp, count, true);
-  }
-  const std::size_t p = static_cast<std::size_t>(plan.pow2);
-  // Blocks [lo, hi) as an element range.
-  auto span_of = [&](std::size_t lo, std::size_t hi) {
-    std::size_t first = schedule::balanced(count, p, lo).offset;
-    std::size_t end = hi == p ? count : schedule::balanced(count, p, hi).offset;
-    return schedule::Range{first, end - first};
-  };
-  std::size_t lo = 0, hi = p;
-  for (int k = rounds - 1; k >= 0; --k) {  // halving: bit k of the participant index
-    int peer = plan.partners[k];
-    std::size_t mid = lo + (hi - lo) / 2;
-    bool upper = (plan.vrank >> k) & 1;
-    schedule::Range keep = upper ? span_of(mid, hi) : span_of(lo, mid);
-    schedule::Range give = upper ? span_of(lo, mid) : span_of(mid, hi);
-    std::uint64_t tag = st.tag(1 + static_cast<std::uint64_t>(rounds - 1 - k));
-    Request reqs[2] = {st.tp.irecv(peer, tag, tmp, keep.count * elem),
-                       st.tp.isend(peer, tag, data + give.offset * elem, give.count * elem)};
-    st.wait(reqs);
-    combine(t, op, data + keep.offset * elem, tmp, keep.count, peer < r);
-    (upper ? lo : hi) = mid;
-  }
-  if (op == ReduceOp::avg) {
-    schedule::Range mine = span_of(lo, hi);
-    finalize_avg(t, data + mine.offset * elem, mine.count, n);
-  }
-  for (int k = 0; k < rounds; ++k) {  // doubling: swap what the two partners hold
-    int peer = plan.partners[k];
-    std::size_t width = hi - lo;
-    bool upper = (plan.vrank >> k) & 1;
-    schedule::Range mine = span_of(lo, hi);
-    schedule::Range theirs = upper ? span_of(lo - width, lo) : span_of(hi, hi + width);
-    std::uint64_t tag = st.tag(1 + static_cast<std::uint64_t>(rounds + k));
-    Request reqs[2] = {st.tp.irecv(peer, tag, data + theirs.offset * elem, theirs.count * elem),
-                       st.tp.isend(peer, tag, data + mine.offset * elem, mine.count * elem)};
-    st.wait(reqs);
-    (upper ? lo : hi) = upper ? lo - width : hi + width;
-  }
   if (plan.fold_peer >= 0) {
     Request send = st.tp.isend(plan.fold_peer, st.tag(last_tag), out, bytes);
     st.tp.wait(send, st.deadline, st.what);

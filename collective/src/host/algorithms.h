@@ -50,9 +50,23 @@ struct Step {
 void allreduce_ring(Step& st, const void* in, void* out, std::size_t count, DataType t, ReduceOp op);
 void allreduce_rd(Step& st, const void* in, void* out, std::size_t count, DataType t, ReduceOp op);
 void allreduce_rhd(Step& st, const void* in, void* out, std::size_t count, DataType t, ReduceOp op);
+// `count` elements per rank: rank r gets block r of the n x count input, reduced.
 void reduce_scatter_ring(Step& st, const void* in, void* out, std::size_t count, DataType t, ReduceOp op);
+void reduce_scatter_halving(Step& st, const void* in, void* out, std::size_t count, DataType t, ReduceOp op);
 // counts in elements of `elem` bytes; out receives every rank's block in rank order.
 void allgatherv_ring(Step& st, const void* in, void* out, std::span<const std::size_t> counts, std::size_t elem);
+// Every rank's block of `block` bytes, in rank order, in ceil(log2 n) rounds.
+void allgather_bruck(Step& st, const void* in, void* out, std::size_t block);
+
+// Shared by the algorithms. Reduces a peer's copy into `mine` so that every rank
+// computes the same bits: the lower rank's data is always the left operand (matters
+// only for NaN min/max).
+void combine(DataType t, ReduceOp op, void* mine, const void* theirs, std::size_t n, bool peer_lower);
+// A rank folded out of a power-of-two scheme (schedule::RecursiveDoubling): `send`
+// goes to its partner with tag 0, and `recv` comes back with `back_tag`, after the
+// partner's last round.
+void sit_out(Step& st, int partner, const void* send, std::size_t send_bytes, void* recv, std::size_t recv_bytes,
+             std::uint64_t back_tag);
 
 void broadcast_binomial(Step& st, void* buf, std::size_t bytes, int root);
 void broadcast_chain(Step& st, void* buf, std::size_t bytes, int root);

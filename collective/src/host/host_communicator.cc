@@ -158,7 +158,9 @@ class HostCommunicator final : public elasticrun::Communicator {
     check_buffers("allgatherv", counts[cfg_.rank] ? in : out, out, total * elem);
     run("allgatherv", [&](Step& st) {
       if (total == 0) return;
+      const bool equal = std::all_of(counts.begin(), counts.end(), [&](std::size_t c) { return c == counts[0]; });
       if (ShmGroup* g = shm(st)) allgatherv_shm(*g, in, out, counts, elem, shm_wait(st));
+      else if (equal && total * elem <= crossover_.few_rounds_max) allgather_bruck(st, in, out, counts[0] * elem);
       else allgatherv_ring(st, in, out, counts, elem);
     });
   }
@@ -171,6 +173,7 @@ class HostCommunicator final : public elasticrun::Communicator {
         if (in != out) std::memcpy(out, in, bytes);
       } else if (bytes > 0) {
         if (ShmGroup* g = shm(st)) reduce_scatter_shm(*g, in, out, count, t, op, shm_wait(st));
+        else if (bytes * cfg_.size <= crossover_.few_rounds_max) reduce_scatter_halving(st, in, out, count, t, op);
         else reduce_scatter_ring(st, in, out, count, t, op);
       }
     });

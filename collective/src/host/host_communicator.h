@@ -6,7 +6,8 @@
 // allreduce by recursive doubling for small vectors (or when there are fewer elements
 // than ranks), recursive halving-doubling for middle ones where the ranks span hosts,
 // and the pipelined ring above (HostCommConfig::Crossover); broadcast binomial or chained;
-// rings for allgather(v) and reduce_scatter. Across hosts that hold several ranks, an
+// allgather(v) and reduce_scatter by rings, or where the ranks span hosts and the call is
+// small, by Bruck's allgather (equal blocks) and the halving reduce-scatter. Across hosts that hold several ranks, an
 // allreduce up to `hier_max_bytes` is hierarchical (hier_allreduce.h): shared memory
 // within each host, UCX among one rank per host (bench/RESULTS.md: 2x at 8-32 KiB and
 // 1.2x at 64-512 KiB on shaped 4 x 2 hosts, even at 1 MiB, behind above).
@@ -62,12 +63,15 @@ struct HostCommConfig {
   // less time than rd at 8-32 KiB and the ring 1.3x less than rhd from 256 KiB;
   // bench/RESULTS.md). On one host (UCX there is a forced or fallback path) rd up to
   // 32 KiB and the ring above, as measured before rhd existed.
+  // Allgather (equal blocks) and reduce_scatter: Bruck's allgather and the halving
+  // reduce-scatter up to few_rounds_max bytes of result (input), the ring above (on 8
+  // such hosts the ring's 7 rounds took 0.6-0.8x Open MPI's time up to 16 KiB).
   struct Crossover {
-    std::size_t rd_max = 0, rhd_max = 0;
+    std::size_t rd_max = 0, rhd_max = 0, few_rounds_max = 0;
   };
   std::optional<Crossover> crossover;
-  Crossover local_crossover{32 * 1024, 32 * 1024};
-  Crossover net_crossover{8 * 1024, 128 * 1024};
+  Crossover local_crossover{32 * 1024, 32 * 1024, 0};
+  Crossover net_crossover{4 * 1024, 128 * 1024, 64 * 1024};
   std::size_t chain_min_bytes = 256 * 1024;  // automatic broadcast: chain from this size
   std::size_t hier_max_bytes = 512 * 1024;   // automatic allreduce: hierarchical up to this size
   // Shared-memory allreduce (bench/RESULTS.md has the measurements behind these):
