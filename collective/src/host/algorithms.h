@@ -22,6 +22,7 @@ class Workspace {
  public:
   std::byte* tmp(std::size_t bytes) { return grow(tmp_, tmp_cap_, bytes); }
   std::byte* scratch(std::size_t bytes) { return grow(scratch_, scratch_cap_, bytes); }
+  std::byte* scratch2(std::size_t bytes) { return grow(scratch2_, scratch2_cap_, bytes); }
 
  private:
   static std::byte* grow(std::unique_ptr<std::byte[]>& buf, std::size_t& cap, std::size_t bytes) {
@@ -31,8 +32,8 @@ class Workspace {
     }
     return buf.get();
   }
-  std::unique_ptr<std::byte[]> tmp_, scratch_;
-  std::size_t tmp_cap_ = 0, scratch_cap_ = 0;
+  std::unique_ptr<std::byte[]> tmp_, scratch_, scratch2_;
+  std::size_t tmp_cap_ = 0, scratch_cap_ = 0, scratch2_cap_ = 0;
 };
 
 struct Step {
@@ -55,8 +56,9 @@ void reduce_scatter_ring(Step& st, const void* in, void* out, std::size_t count,
 void reduce_scatter_halving(Step& st, const void* in, void* out, std::size_t count, DataType t, ReduceOp op);
 // counts in elements of `elem` bytes; out receives every rank's block in rank order.
 void allgatherv_ring(Step& st, const void* in, void* out, std::span<const std::size_t> counts, std::size_t elem);
-// Every rank's block of `block` bytes, in rank order, in ceil(log2 n) rounds.
-void allgather_bruck(Step& st, const void* in, void* out, std::size_t block);
+// Every rank's block of `block` bytes, in rank order, in ceil(log2 n) rounds (tags from
+// first_tag on).
+void allgather_bruck(Step& st, const void* in, void* out, std::size_t block, std::uint64_t first_tag = 0);
 
 // Shared by the algorithms. Reduces a peer's copy into `mine` so that every rank
 // computes the same bits: the lower rank's data is always the left operand (matters
@@ -70,6 +72,7 @@ void sit_out(Step& st, int partner, const void* send, std::size_t send_bytes, vo
 
 void broadcast_binomial(Step& st, void* buf, std::size_t bytes, int root);
 void broadcast_chain(Step& st, void* buf, std::size_t bytes, int root);
+void broadcast_scatter_allgather(Step& st, void* buf, std::size_t bytes, int root);
 void alltoall_pairwise(Step& st, const void* in, void* out, std::size_t block_bytes);
 void barrier_dissemination(Step& st);
 

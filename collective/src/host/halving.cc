@@ -152,21 +152,66 @@ void reduce_scatter_halving(Step& st, const void* in, void* out, std::size_t cou
 // starting with its own) to rank r - 2^k and receives as many from r + 2^k, so after
 // ceil(log2 n) rounds it holds the blocks of r, r+1, ..., r+n-1 in that order; one
 // rotation puts them in rank order. (n-1)/n of the result arrives at each rank.
-void allgather_bruck(Step& st, const void* in, void* out, std::size_t block) {
+// `in` may lie inside `out`.
+void allgather_bruck(Step& st, const void* in, void* out, std::size_t block, std::uint64_t first_tag) {
   const int r = st.tp.rank(), n = st.tp.size();
   std::byte* tmp = st.ws.tmp(std::max<std::size_t>(static_cast<std::size_t>(n) * block, 1));
   std::memcpy(tmp, in, block);
   std::uint64_t round = 0;
   for (int d = 1; d < n; d <<= 1, ++round) {
     std::size_t m = static_cast<std::size_t>(std::min(d, n - d));
-    Request reqs[2] = {st.tp.irecv(schedule::mod(r + d, n), st.tag(round), tmp + d * block, m * block),
-                       st.tp.isend(schedule::mod(r - d, n), st.tag(round), tmp, m * block)};
+    std::uint64_t tag = st.tag(first_tag + round);
+    Request reqs[2] = {st.tp.irecv(schedule::mod(r + d, n), tag, tmp + d * block, m * block),
+                       st.tp.isend(schedule::mod(r - d, n), tag, tmp, m * block)};
     st.wait(reqs);
   }
   auto* dst = static_cast<std::byte*>(out);
   const std::size_t head = static_cast<std::size_t>(n - r) * block;  // ranks r..n-1
   std::memmove(dst + r * block, tmp, head);
   std::memmove(dst, tmp + head, static_cast<std::size_t>(r) * block);
+}
+
+// Scatter, then allgather (van de Geijn): the message is cut into n blocks of
+// ceil(bytes / n); a binomial tree from the root scatters them (the rank at distance v
+// from the root gets block v, and passes on the blocks of its subtree), then Bruck's
+// allgather gives everyone every block. The root's link carries 2(n-1)/n of the message
+// in 2 log2(n) rounds, against the binomial tree's log2(n) whole copies.
+void broadcast_scatter_allgather(Step& st, void* buf, std::size_t bytes, int root) {
+  const int r = st.tp.rank(), n = st.tp.size();
+  const int v = schedule::mod(r - root, n);
+  const std::size_t block = (bytes + n - 1) / n;
+  std::byte* blocks = st.ws.scratch(block * static_cast<std::size_t>(n));  // block j: bytes [j*block, ...)
+  auto* data = static_cast<std::byte*>(buf);
+  auto range_bytes = [&](int lo, int hi) { return static_cast<std::size_t>(hi - lo) * block; };
+  if (v == 0) {
+    std::memcpy(blocks, data, bytes);
+    std::memset(blocks + bytes, 0, block * static_cast<std::size_t>(n) - bytes);
+  }
+  // The blocks of v's subtree, [v, v + low) (low: v's lowest set bit; the root's: all).
+  int limit = 1;
+  while (limit < n) limit <<= 1;
+  const int low = v == 0 ? limit : (v & -v);
+  if (v != 0) {
+    int parent = schedule::binomial_parent(r, n, root);
+    Request recv = st.tp.irecv(parent, st.tag(0), blocks + v * block, range_bytes(v, std::min(v + low, n)));
+    st.tp.wait(recv, st.deadline, st.what);
+  }
+  std::vector<Request> sends;
+  for (int m = low >> 1; m > 0; m >>= 1)
+    if (v + m < n)
+      sends.push_back(st.tp.isend(schedule::mod(v + m + root, n), st.tag(0), blocks + (v + m) * block,
+                                  range_bytes(v + m, std::min(v + 2 * m, n))));
+  st.wait(sends);
+  // Rank q holds block (q - root) mod n; gathered in rank order, block j sits at rank
+  // (j + root) mod n's place.
+  std::byte* gathered = st.ws.scratch2(block * static_cast<std::size_t>(n));
+  allgather_bruck(st, blocks + v * block, gathered, block, 1);
+  for (int j = 0; j < n; ++j) {
+    std::size_t at = static_cast<std::size_t>(j) * block;
+    if (at >= bytes) break;
+    std::memcpy(data + at, gathered + static_cast<std::size_t>(schedule::mod(j + root, n)) * block,
+                std::min(block, bytes - at));
+  }
 }
 
 }  // namespace elasticrun::collective

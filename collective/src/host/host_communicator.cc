@@ -140,6 +140,7 @@ class HostCommunicator final : public elasticrun::Communicator {
       ShmGroup* g = bytes >= cfg_.shm_broadcast_min_bytes || a == Algorithm::shm ? shm(st, a) : nullptr;
       if (g) broadcast_shm(*g, buf, bytes, root, shm_wait(st));
       else if (bytes >= cfg_.chain_min_bytes && cfg_.size > 2) broadcast_chain(st, buf, bytes, root);
+      else if (bytes >= crossover_.scatter_min && cfg_.size > 2) broadcast_scatter_allgather(st, buf, bytes, root);
       else broadcast_binomial(st, buf, bytes, root);
     });
   }

@@ -5,7 +5,8 @@
 // call, and if any rank cannot map it every rank falls back to UCX). Otherwise UCX:
 // allreduce by recursive doubling for small vectors (or when there are fewer elements
 // than ranks), recursive halving-doubling for middle ones where the ranks span hosts,
-// and the pipelined ring above (HostCommConfig::Crossover); broadcast binomial or chained;
+// and the pipelined ring above (HostCommConfig::Crossover); broadcast binomial, by
+// scatter-allgather (middle sizes across hosts) or chained;
 // allgather(v) and reduce_scatter by rings, or where the ranks span hosts and the call is
 // small, by Bruck's allgather (equal blocks) and the halving reduce-scatter. Across hosts that hold several ranks, an
 // allreduce up to `hier_max_bytes` is hierarchical (hier_allreduce.h): shared memory
@@ -28,6 +29,7 @@
 #include <elasticrun/elasticrun.hpp>
 
 #include <chrono>
+#include <cstdint>
 #include <cstddef>
 #include <memory>
 #include <optional>
@@ -66,12 +68,15 @@ struct HostCommConfig {
   // Allgather (equal blocks) and reduce_scatter: Bruck's allgather and the halving
   // reduce-scatter up to few_rounds_max bytes of result (input), the ring above (on 8
   // such hosts the ring's 7 rounds took 0.6-0.8x Open MPI's time up to 16 KiB).
+  // Broadcast: scatter-allgather from scatter_min up to chain_min_bytes (the binomial
+  // tree below, the chain above; the tree's root sends the message log2(n) times).
   struct Crossover {
     std::size_t rd_max = 0, rhd_max = 0, few_rounds_max = 0;
+    std::size_t scatter_min = SIZE_MAX;
   };
   std::optional<Crossover> crossover;
   Crossover local_crossover{32 * 1024, 32 * 1024, 0};
-  Crossover net_crossover{4 * 1024, 128 * 1024, 64 * 1024};
+  Crossover net_crossover{4 * 1024, 128 * 1024, 64 * 1024, 8 * 1024};
   std::size_t chain_min_bytes = 256 * 1024;  // automatic broadcast: chain from this size
   std::size_t hier_max_bytes = 512 * 1024;   // automatic allreduce: hierarchical up to this size
   // Shared-memory allreduce (bench/RESULTS.md has the measurements behind these):
