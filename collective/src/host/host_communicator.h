@@ -6,12 +6,13 @@
 // allreduce by recursive doubling for small vectors (or when there are fewer elements
 // than ranks), recursive halving-doubling for middle ones where the ranks span hosts,
 // and the pipelined ring above (HostCommConfig::Crossover); broadcast binomial, by
-// scatter-allgather (middle sizes across hosts) or chained;
-// allgather(v) and reduce_scatter by rings, or where the ranks span hosts and the call is
-// small, by Bruck's allgather (equal blocks) and the halving reduce-scatter. Across hosts that hold several ranks, an
-// allreduce up to `hier_max_bytes` is hierarchical (hier_allreduce.h): shared memory
-// within each host, UCX among one rank per host (bench/RESULTS.md: 2x at 8-32 KiB and
-// 1.2x at 64-512 KiB on shaped 4 x 2 hosts, even at 1 MiB, behind above).
+// scatter-allgather (middle sizes across hosts) or chained; allgather(v) and
+// reduce_scatter by rings, or where the ranks span hosts and the call is small, by
+// Bruck's allgather (equal blocks) and the halving reduce-scatter. Across hosts that
+// hold several ranks, an allreduce up to `hier_max_bytes` is hierarchical
+// (hier_allreduce.h): shared memory within each host, UCX among one rank per host
+// (bench/RESULTS.md: 2x at 8-32 KiB and 1.2x at 64-512 KiB on shaped 4 x 2 hosts, even
+// at 1 MiB, behind above).
 // ELASTICRUN_ALGORITHM=shm|ring|rd|rhd|auto forces it (ring, rd and rhd: UCX for every
 // collective, and that allreduce algorithm); it is read at every call unless
 // HostCommConfig fixes it, so a test program can switch algorithms without rebuilding
@@ -29,8 +30,8 @@
 #include <elasticrun/elasticrun.hpp>
 
 #include <chrono>
-#include <cstdint>
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
