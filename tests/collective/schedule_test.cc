@@ -82,6 +82,7 @@ TEST(Schedule, RecursiveDoublingAnySize) {
     for (int r = 0; r < n; ++r) {
       RecursiveDoubling rd = recursive_doubling(r, n);
       EXPECT_EQ(rd.pow2 + rd.rem, n);
+      EXPECT_EQ(1 << rd.rounds, rd.pow2);
       if (rd.fold_peer >= 0) {
         EXPECT_EQ(recursive_doubling(rd.fold_peer, n).fold_peer, r);
       }

@@ -40,10 +40,8 @@ void allreduce_rd(Step& st, const void* in, void* out, std::size_t count, DataTy
   std::size_t bytes = count * size_of(t);
   if (in != out) std::memcpy(out, in, bytes);
   schedule::RecursiveDoubling plan = schedule::recursive_doubling(r, n);
-  // The hand-back tag follows every round's; folded-out ranks have no rounds of
-  // their own, so derive it from the common power of two.
-  std::uint64_t last_tag = 1;
-  for (int p = 1; p < plan.pow2; p <<= 1) ++last_tag;
+  // The hand-back tag follows every round's (folded-out ranks count them too).
+  const std::uint64_t last_tag = static_cast<std::uint64_t>(plan.rounds) + 1;
   if (plan.folded_out) return sit_out(st, plan.fold_peer, out, bytes, out, bytes, last_tag);
   std::byte* tmp = st.ws.tmp(std::max<std::size_t>(bytes, 1));
   if (plan.fold_peer >= 0) {

@@ -22,7 +22,6 @@ class Workspace {
  public:
   std::byte* tmp(std::size_t bytes) { return grow(tmp_, tmp_cap_, bytes); }
   std::byte* scratch(std::size_t bytes) { return grow(scratch_, scratch_cap_, bytes); }
-  std::byte* scratch2(std::size_t bytes) { return grow(scratch2_, scratch2_cap_, bytes); }
 
  private:
   static std::byte* grow(std::unique_ptr<std::byte[]>& buf, std::size_t& cap, std::size_t bytes) {
@@ -32,8 +31,8 @@ class Workspace {
     }
     return buf.get();
   }
-  std::unique_ptr<std::byte[]> tmp_, scratch_, scratch2_;
-  std::size_t tmp_cap_ = 0, scratch_cap_ = 0, scratch2_cap_ = 0;
+  std::unique_ptr<std::byte[]> tmp_, scratch_;
+  std::size_t tmp_cap_ = 0, scratch_cap_ = 0;
 };
 
 struct Step {

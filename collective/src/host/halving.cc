@@ -1,6 +1,6 @@
 // Algorithms in O(log n) rounds that still move only the bandwidth-optimal share of
 // the data: recursive halving-doubling allreduce (Rabenseifner's), the halving
-// reduce-scatter and Bruck's allgather. Across hosts they take the middle sizes, where
+// reduce-scatter, Bruck's allgather and the scatter-allgather broadcast built on it. Across hosts they take the middle sizes, where
 // the bytes on a link already cost more than the rounds (recursive doubling sends the
 // whole vector log2(n) times) but a ring's 2(n-1) rounds still cost more than they save.
 //
@@ -28,12 +28,6 @@ using schedule::Range;
 
 // Parts [lo, hi) as an element range of the vector.
 using PartSpan = std::function<Range(std::size_t lo, std::size_t hi)>;
-
-int log2_of(int pow2) {
-  int k = 0;
-  while ((1 << k) < pow2) ++k;
-  return k;
-}
 
 // The halving rounds on `data` (tags first_tag .. first_tag + rounds - 1); `tmp` holds
 // at least the first round's kept half. Returns the parts this participant holds.
@@ -70,7 +64,7 @@ void allreduce_rhd(Step& st, const void* in, void* out, std::size_t count, DataT
   const std::size_t bytes = count * elem;
   if (in != out) std::memcpy(out, in, bytes);
   schedule::RecursiveDoubling plan = schedule::recursive_doubling(r, n);
-  const int rounds = log2_of(plan.pow2);
+  const int rounds = plan.rounds;
   const std::uint64_t last_tag = 2 * static_cast<std::uint64_t>(rounds) + 1;
   if (plan.folded_out) return sit_out(st, plan.fold_peer, out, bytes, out, bytes, last_tag);
   auto* data = static_cast<std::byte*>(out);
@@ -121,7 +115,7 @@ void reduce_scatter_halving(Step& st, const void* in, void* out, std::size_t cou
   const std::size_t elem = size_of(t);
   const std::size_t total = static_cast<std::size_t>(n) * count * elem;
   schedule::RecursiveDoubling plan = schedule::recursive_doubling(r, n);
-  const std::uint64_t last_tag = static_cast<std::uint64_t>(log2_of(plan.pow2)) + 1;
+  const std::uint64_t last_tag = static_cast<std::uint64_t>(plan.rounds) + 1;
   if (plan.folded_out) return sit_out(st, plan.fold_peer, in, total, out, count * elem, last_tag);
   std::byte* data = st.ws.scratch(std::max<std::size_t>(total, 1));
   std::byte* tmp = st.ws.tmp(std::max<std::size_t>(total, 1));
@@ -187,29 +181,26 @@ void broadcast_scatter_allgather(Step& st, void* buf, std::size_t bytes, int roo
     std::memcpy(blocks, data, bytes);
     std::memset(blocks + bytes, 0, block * static_cast<std::size_t>(n) - bytes);
   }
-  // The blocks of v's subtree, [v, v + low) (low: v's lowest set bit; the root's: all).
-  int limit = 1;
-  while (limit < n) limit <<= 1;
-  const int low = v == 0 ? limit : (v & -v);
+  // The tree of schedule::binomial_*: the subtree of the rank at distance w from the
+  // root holds distances [w, w + (w's lowest set bit)), so that is what reaches it.
+  auto subtree = [&](int w) { return range_bytes(w, std::min(w + (w & -w), n)); };
   if (v != 0) {
-    int parent = schedule::binomial_parent(r, n, root);
-    Request recv = st.tp.irecv(parent, st.tag(0), blocks + v * block, range_bytes(v, std::min(v + low, n)));
+    Request recv = st.tp.irecv(schedule::binomial_parent(r, n, root), st.tag(0), blocks + v * block, subtree(v));
     st.tp.wait(recv, st.deadline, st.what);
   }
   std::vector<Request> sends;
-  for (int m = low >> 1; m > 0; m >>= 1)
-    if (v + m < n)
-      sends.push_back(st.tp.isend(schedule::mod(v + m + root, n), st.tag(0), blocks + (v + m) * block,
-                                  range_bytes(v + m, std::min(v + 2 * m, n))));
+  for (int child : schedule::binomial_children(r, n, root)) {
+    int w = schedule::mod(child - root, n);
+    sends.push_back(st.tp.isend(child, st.tag(0), blocks + w * block, subtree(w)));
+  }
   st.wait(sends);
-  // Rank q holds block (q - root) mod n; gathered in rank order, block j sits at rank
-  // (j + root) mod n's place.
-  std::byte* gathered = st.ws.scratch2(block * static_cast<std::size_t>(n));
-  allgather_bruck(st, blocks + v * block, gathered, block, 1);
+  // Rank q holds block (q - root) mod n; gathered in rank order (in place), block j sits
+  // at rank (j + root) mod n's place.
+  allgather_bruck(st, blocks + v * block, blocks, block, 1);
   for (int j = 0; j < n; ++j) {
     std::size_t at = static_cast<std::size_t>(j) * block;
     if (at >= bytes) break;
-    std::memcpy(data + at, gathered + static_cast<std::size_t>(schedule::mod(j + root, n)) * block,
+    std::memcpy(data + at, blocks + static_cast<std::size_t>(schedule::mod(j + root, n)) * block,
                 std::min(block, bytes - at));
   }
 }

@@ -15,7 +15,10 @@ std::size_t num_chunks(std::size_t bytes, std::size_t segment) {
 
 RecursiveDoubling recursive_doubling(int rank, int size) {
   RecursiveDoubling rd;
-  while (rd.pow2 * 2 <= size) rd.pow2 *= 2;
+  while (rd.pow2 * 2 <= size) {
+    rd.pow2 *= 2;
+    ++rd.rounds;
+  }
   rd.rem = size - rd.pow2;
   if (rank < 2 * rd.rem) {
     rd.fold_peer = rank % 2 == 0 ? rank + 1 : rank - 1;

@@ -46,6 +46,7 @@ inline int ring_ag_recv_block(int r, int size, int s, int own = 0) { return mod(
 // ranks run log2(p) exchange rounds with partner = vrank ^ 2^k.
 struct RecursiveDoubling {
   int pow2 = 1;           // p
+  int rounds = 0;         // log2(p): the exchange rounds (none for a folded-out rank)
   int rem = 0;            // size - p
   int vrank = -1;         // rank among the p participants, -1 if folded out
   int fold_peer = -1;     // the partner of a fold pair (-1 if not in one)
