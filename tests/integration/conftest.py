@@ -122,13 +122,14 @@ class Job:
                                 stderr=subprocess.PIPE, text=True, env=self.env(env), **kw)
 
 
-def namespace_cluster(hosts, slots):
-    """Generator for a module fixture: `scripts/testcluster up` (skipping the module where
-    namespaces cannot be made, failing it when ELASTICRUN_TEST_REQUIRE has netns), yields (cluster directory, the env file's variables), then
-    `down`."""
+def namespace_cluster(hosts, slots, *shape):
+    """Generator for a module fixture: `scripts/testcluster up` (with the SHAPE options
+    `shape`; skipping the module where namespaces cannot be made, failing it when
+    ELASTICRUN_TEST_REQUIRE has netns), yields (cluster directory, the env file's
+    variables), then `down`."""
     import re
     script = ROOT / "scripts" / "testcluster"
-    r = subprocess.run([str(script), "up", str(hosts), "--slots", str(slots)], capture_output=True, text=True,
+    r = subprocess.run([str(script), "up", str(hosts), "--slots", str(slots), *shape], capture_output=True, text=True,
                        timeout=120)
     if r.returncode == 77:
         skip_unless_required("netns", "network namespaces unavailable: " +

@@ -1,0 +1,163 @@
+"""Latency on the shaped network: scripts/testcluster's --delay and --jitter on a cluster made
+with them (`up 3 --delay 0us`). Where the kernel has netem, netem delays; where it has none
+(this machine), the userspace delay line (tests/progs/delayline.cc) sits in every host's
+link. Either way: a delay is applied on each direction of the link it is set on (a TCP
+round trip is never faster than the delays it crosses, and not much slower), jitter spreads
+the round trips without dropping under the delay's floor, unshaped the line costs little,
+and every collective and algorithm of the library stays correct on links that are at once
+delayed, jittery, lossy and rate-limited. Bad delay settings and a bad delay-line
+configuration are refused with their reason."""
+import os
+import re
+import statistics
+import subprocess
+import sys
+
+import pytest
+
+from conftest import BUILD, EXAMPLES, ROOT, namespace_cluster
+
+TESTCLUSTER = ROOT / "scripts" / "testcluster"
+NET = os.environ.get("TESTCLUSTER_NET", "10.77.0")
+N = 3
+
+# A TCP ping-pong of one byte (TCP_NODELAY): the server echoes, the client prints each round
+# trip in microseconds.
+PINGPONG = r"""
+import socket, sys, time
+role, addr, port = sys.argv[1], sys.argv[2], int(sys.argv[3])
+if role == "server":
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind((addr, port))
+    s.listen(1)
+    print("ready", flush=True)
+    c, _ = s.accept()
+    c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    while (b := c.recv(64)):
+        c.sendall(b)
+else:
+    c = socket.create_connection((addr, port))
+    c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    for _ in range(int(sys.argv[4])):
+        t = time.perf_counter()
+        c.sendall(b"x")
+        c.recv(64)
+        print(round((time.perf_counter() - t) * 1e6))
+"""
+
+
+def tc(*args, timeout=60):
+    return subprocess.run([str(TESTCLUSTER), *map(str, args)], capture_output=True, text=True, timeout=timeout)
+
+
+def shape(k, *args):
+    r = tc("link", k, "shape", *args)
+    assert r.returncode == 0, r.stderr
+    return r
+
+
+def addr(k):
+    return f"{NET}.{10 + k}"
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    yield from namespace_cluster(N, 2, "--delay", "0us")
+
+
+@pytest.fixture
+def undelayed(cluster):
+    """Every link unshaped (delay 0) before and after the test."""
+    for k in range(1, N + 1):
+        shape(k)
+    yield cluster
+    for k in range(1, N + 1):
+        tc("link", k, "shape")
+
+
+def round_trips_us(src, dst, count, port):
+    """`count` TCP round trips from host src to host dst, in microseconds, sorted."""
+    server = subprocess.Popen(["ip", "netns", "exec", f"er-h{dst}", sys.executable, "-c", PINGPONG, "server", addr(dst),
+                               str(port)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert server.stdout.readline().strip() == "ready"
+        out = subprocess.run(["ip", "netns", "exec", f"er-h{src}", sys.executable, "-c", PINGPONG, "client", addr(dst),
+                              str(port), str(count)], capture_output=True, text=True, check=True, timeout=120).stdout
+    finally:
+        server.kill()
+        server.wait()
+    return sorted(int(x) for x in out.split())
+
+
+def test_a_delay_is_applied_each_way_of_its_link(undelayed):
+    """Host 2's link delayed 2 ms: a round trip from host 1 crosses it once each way, so no
+    round trip takes under 4 ms, and the median is within 1.5 ms of it. With host 1's link
+    at 1 ms as well, 6 ms. Undelayed, the same round trip is far under 1 ms."""
+    free = statistics.median(round_trips_us(1, 2, 200, 5301))
+    shape(2, "--delay", "2ms")
+    show = tc("link", 2, "show").stdout
+    assert "delay 2ms" in show, show
+    two = round_trips_us(1, 2, 100, 5302)
+    shape(1, "--delay", "1ms")
+    three = round_trips_us(1, 2, 100, 5303)
+    print(f"round trip: undelayed median {free} us; host 2 at 2 ms: min {two[0]} median {statistics.median(two)} us; "
+          f"and host 1 at 1 ms: min {three[0]} median {statistics.median(three)} us")
+    assert free < 1000, free
+    assert two[0] >= 4000 and statistics.median(two) <= 5500, two
+    assert three[0] >= 6000 and statistics.median(three) <= 7500, three
+
+
+def test_jitter_spreads_the_round_trips_above_the_floor(undelayed):
+    """--delay 2ms --jitter 1ms on host 2's link: each crossing takes 1-3 ms, so a round trip
+    takes 2-6 ms (median about 4); p10 to p90 of 150 round trips spans more than 1 ms,
+    where an unjittered delay keeps them within a few hundred microseconds."""
+    shape(2, "--delay", "2ms", "--jitter", "1ms")
+    rtt = round_trips_us(1, 2, 150, 5304)
+    p10, p90 = rtt[len(rtt) // 10], rtt[len(rtt) * 9 // 10]
+    print(f"jittered round trips: min {rtt[0]} p10 {p10} median {statistics.median(rtt)} p90 {p90} us")
+    assert rtt[0] >= 2000, rtt
+    assert 3000 <= statistics.median(rtt) <= 5500, rtt
+    assert p90 - p10 >= 1000, rtt
+
+
+def test_bad_delays_are_refused(undelayed):
+    """The delay line keeps a direction in order, so it takes a jitter of at most the delay
+    (netem takes any)."""
+    directory, _ = undelayed
+    r = tc("link", 1, "shape", "--delay", "1ms", "--jitter", "2ms")
+    if (directory / "delayline.conf").exists():
+        assert r.returncode == 1 and "a jitter of at most the delay" in r.stderr, r.stderr
+    else:
+        assert r.returncode == 0, r.stderr
+    r = tc("link", 1, "shape", "--delay", "soon")
+    assert r.returncode == 1 and "--delay 'soon': expected N(us|ms|s)" in r.stderr, r.stderr
+
+
+def test_the_delay_line_refuses_a_bad_configuration(tmp_path):
+    line = BUILD / "tests" / "delayline"
+    r = subprocess.run([str(line)], capture_output=True, text=True, timeout=10)
+    assert r.returncode == 2 and "usage: delayline CONFIG" in r.stderr, r.stderr
+    conf = tmp_path / "conf"
+    for text, want in [("er-x1 er-y1 1000\n", "expected 'DEV_A DEV_B DELAY_NS JITTER_NS'"),
+                       ("er-x1 er-y1 1000 2000\n", "0 <= jitter <= delay"),
+                       ("# generation 1\n", "no links in"),
+                       ("no-such-dev0 no-such-dev1 0 0\n", "no device 'no-such-dev0'")]:
+        conf.write_text(text)
+        r = subprocess.run([str(line), str(conf)], capture_output=True, text=True, timeout=10)
+        assert r.returncode == 1 and want in r.stderr, (text, r.returncode, r.stderr)
+    r = subprocess.run([str(line), str(tmp_path / "missing")], capture_output=True, text=True, timeout=10)
+    assert r.returncode == 1 and "cannot read" in r.stderr, r.stderr
+
+
+def test_every_collective_is_correct_on_delayed_jittery_lossy_links(job, undelayed):
+    """Every link at 100 Mbit/s, 500 us +- 100 us each way, 1 % loss each way: every
+    collective of every algorithm of allreduce_check (two ranks per host) still checks."""
+    for k in range(1, N + 1):
+        shape(k, "--rate", "100mbit", "--delay", "500us", "--jitter", "100us", "--loss", "1%")
+    _, env = undelayed
+    hosts = ",".join(f"{addr(k)}:2" for k in range(1, N + 1))
+    r = job.run(["-x", "UCX_TLS=tcp,self", "-x", "ELASTICRUN_PROGRESS=block", "-x", "ER_TEST_TAG", "-np", 2 * N, "-H", hosts,
+                 EXAMPLES / "allreduce_check", "--large", 64 << 10], env=env, timeout=400)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert re.search(r"allreduce_check: OK \(\d+ checks\)", r.stdout), r.stdout[-2000:]
