@@ -34,6 +34,8 @@ inline constexpr const char* kDevice = "ELASTICRUN_DEVICE";
 inline constexpr const char* kDeviceHint = "ELASTICRUN_DEVICE_HINT";
 // 0: a device communicator never shrinks, every epoch builds a fresh one (default 1).
 inline constexpr const char* kNcclShrink = "ELASTICRUN_NCCL_SHRINK";
+// 0: the algorithms across hosts follow the fixed crossovers only, never measured (default 1).
+inline constexpr const char* kTune = "ELASTICRUN_TUNE";
 // Durable checkpoints of the elastic State (elasticrun --checkpoint-dir, --checkpoint-every,
 // --checkpoint-interval set them for every worker): the directory (on a filesystem every
 // host sees), and when rank 0 writes one: every N commits, or at a commit T seconds
@@ -100,7 +102,7 @@ inline constexpr const char* kSshConfig = "ELASTICRUN_SSH_CONFIG";
 // library's settings above, OMP_NUM_THREADS, and the transports' (names starting UCX_
 // or NCCL_), so that a job is tuned the same everywhere. -x VAR=VALUE overrides.
 inline constexpr const char* kForwarded[] = {kAlgorithm, kProgress, kSegment, kCollectiveTimeout, kLogLevel,
-                                             kNcclShrink, kOmpNumThreads};
+                                             kNcclShrink, kTune, kOmpNumThreads};
 inline constexpr const char* kForwardedPrefixes[] = {"UCX_", "NCCL_"};
 
 }  // namespace elasticrun::env

@@ -1,5 +1,6 @@
 // Every collective, checked against a local reference, for world sizes 1..5, every
 // allreduce algorithm (ring, recursive doubling, recursive halving-doubling, shared memory), several sizes (0, 1, odd, ~8 MiB), in place and out of place.
+#include "host/tuner.h"
 #include "rank_fixture.h"
 #include "test_data.h"
 
@@ -8,6 +9,7 @@
 #include <thread>
 
 #include <atomic>
+#include <mutex>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -108,6 +110,46 @@ TEST_P(Collectives, AllreduceLarge) {
       allreduce_case(c, r, DataType::f16, ReduceOp::avg, 300001, false);
       allreduce_case(c, r, DataType::i64, ReduceOp::max, 200003, true);
     });
+}
+
+// The tuner (host/tuner.h) where the ranks span hosts: the allreduce classes between
+// rd_max and rhd_max and the broadcast classes of scatter-allgather each run both
+// candidates, agree, and go on with one; every call is checked, whatever runs it, and every
+// rank hears the same decisions in the same order (what keeps their tags in step).
+TEST_P(Collectives, TunedChoicesAreCorrectAndTheSameOnEveryRank) {
+  World w(GetParam());
+  std::vector<std::vector<std::string>> heard(w.size);
+  std::mutex mu;
+  auto cfg_of = [&](int r) {
+    // Each rank as if alone on its host: no shared memory, no hierarchy, the crossovers
+    // and the tuning of ranks that span hosts (ELASTICRUN_TUNE's default).
+    HostCommConfig c = config(Algorithm::automatic);
+    c.local_size = 1;
+    c.local_rank = 0;
+    c.segment = 4096;
+    c.on_tuned = [&, r](const std::string& text) {
+      std::lock_guard lock(mu);
+      heard[r].push_back(text.substr(0, text.find(':')));  // the class, not the times
+    };
+    return c;
+  };
+  constexpr int kCalls = 2 * Tuner::kTrials + 3;
+  run_ranks(w, cfg_of, "tuned/", [](int r, Communicator& c) {
+    for (int call = 0; call < kCalls; ++call) {
+      for (std::size_t count : {3000u, 20000u}) allreduce_case(c, r, DataType::f32, ReduceOp::sum, count, call % 2);
+      std::vector<float> want(5001), buf(5001);
+      for (std::size_t i = 0; i < want.size(); ++i) want[i] = static_cast<float>(i * 3 + call);
+      int root = call % c.size();
+      if (r == root) buf = want;
+      c.broadcast(buf.data(), buf.size(), DataType::f32, root);
+      if (buf != want) throw std::runtime_error("tuned broadcast call " + std::to_string(call) + " rank " + std::to_string(r));
+    }
+  });
+  const std::size_t classes = w.size == 1 ? 0 : w.size == 2 ? 2 : 3;  // a broadcast among 2 is binomial, untuned
+  for (int r = 0; r < w.size; ++r) {
+    EXPECT_EQ(heard[r].size(), classes) << "rank " << r;
+    EXPECT_EQ(heard[r], heard[0]) << "rank " << r;
+  }
 }
 
 TEST_P(Collectives, AutomaticAlgorithmMidSizes) {

@@ -45,7 +45,7 @@ std::string error_of(Fn fn) {
 
 TEST(Settings, Defaults) {
   for (const char* name : {env::kCollectiveTimeout, env::kRejoinTimeout, env::kHostTimeout, env::kAlgorithm,
-                           env::kProgress, env::kDevice, env::kDeviceHint, env::kNcclShrink, env::kSegment})
+                           env::kProgress, env::kDevice, env::kDeviceHint, env::kNcclShrink, env::kSegment, env::kTune})
     ::unsetenv(name);
   EXPECT_EQ(collective_timeout(), 300s);
   EXPECT_EQ(collective_timeout(), kDefaultCollectiveTimeout);
@@ -57,6 +57,20 @@ TEST(Settings, Defaults) {
   EXPECT_FALSE(device_hint());
   EXPECT_TRUE(nccl_shrink());
   EXPECT_EQ(segment(), std::nullopt);
+  EXPECT_TRUE(tune());
+}
+
+TEST(Settings, Tune) {
+  Env e(env::kTune, "0");
+  EXPECT_FALSE(tune());
+  e.set("1");
+  EXPECT_TRUE(tune());
+  e.set("");
+  EXPECT_TRUE(tune());
+  for (const char* bad : {"yes", "2", " 0"}) {
+    e.set(bad);
+    EXPECT_EQ(error_of([] { tune(); }), std::string("ELASTICRUN_TUNE='") + bad + "' is not 0 or 1");
+  }
 }
 
 TEST(Settings, EmptyMeansDefault) {

@@ -161,3 +161,39 @@ def test_every_collective_is_correct_on_delayed_jittery_lossy_links(job, undelay
                  EXAMPLES / "allreduce_check", "--large", 64 << 10], env=env, timeout=400)
     assert r.returncode == 0, r.stderr[-3000:]
     assert re.search(r"allreduce_check: OK \(\d+ checks\)", r.stdout), r.stdout[-2000:]
+
+
+def tuned_lines(stderr):
+    """The tuner's decisions as each rank logged them: {rank: [text, ...]}."""
+    out = {}
+    for m in re.finditer(r"^\[(\d+)\]<stderr>: .*? tuned (.*)$", stderr, re.M):
+        out.setdefault(int(m.group(1)), []).append(m.group(2))
+    return out
+
+
+def test_the_tuner_measures_the_delayed_network_and_every_rank_agrees(job, undelayed):
+    """2 ms each way on every link (an exchange between hosts takes 4 ms one way): where
+    the fixed crossovers pick recursive halving-doubling (an allreduce of 8-16 KiB) and
+    scatter-allgather (a broadcast of as much), the tuner measures both candidates on the
+    first calls and keeps recursive doubling and the binomial tree, which need fewer
+    rounds; every rank logs the same decisions. ELASTICRUN_TUNE=0 keeps the fixed choice
+    (nothing tuned)."""
+    for k in range(1, N + 1):
+        shape(k, "--delay", "2ms")
+    _, env = undelayed
+    hosts = ",".join(f"{addr(k)}:1" for k in range(1, N + 1))
+    bench = BUILD / "bench" / "allreduce_bench"
+    for collective, want in (("allreduce", "rd"), ("broadcast", "binomial")):
+        r = job.run(["-x", "UCX_TLS=tcp,self", "-x", "ELASTICRUN_LOG_LEVEL=info", "-np", N, "-H", hosts, bench,
+                     "--collective", collective, "--min-bytes", "16K", "--max-bytes", "16K", "--iters", 10,
+                     "--warmup", 4], env=env, timeout=120)
+        assert r.returncode == 0, r.stderr[-3000:]
+        lines = tuned_lines(r.stdout + r.stderr)
+        assert sorted(lines) == list(range(N)), r.stderr[-3000:]
+        assert all(v == lines[0] for v in lines.values()), lines
+        assert len(lines[0]) == 1 and lines[0][0].startswith(f"{collective} of 8193-16384 bytes over {N} ranks"), lines
+        assert lines[0][0].endswith(f": {want}"), lines
+        r = job.run(["-x", "UCX_TLS=tcp,self", "-x", "ELASTICRUN_LOG_LEVEL=info", "-x", "ELASTICRUN_TUNE=0", "-np", N,
+                     "-H", hosts, bench, "--collective", collective, "--min-bytes", "16K", "--max-bytes", "16K",
+                     "--iters", 10, "--warmup", 4], env=env, timeout=120)
+        assert r.returncode == 0 and not tuned_lines(r.stderr), r.stderr[-3000:]

@@ -84,6 +84,17 @@ def test_segment_setting_reaches_the_workers_and_a_bad_one_is_refused(job):
     assert "ELASTICRUN_SEGMENT='4G' is not a byte count from 1K to 64M" in r.stdout + r.stderr, r.stderr[-3000:]
 
 
+@pytest.mark.skipif(not (EXAMPLES / "allreduce_check").exists(), reason="allreduce_check not built")
+def test_a_bad_tune_setting_is_refused_on_every_host(job):
+    # ELASTICRUN_TUNE is read where the ranks span hosts (here two "hosts" of one machine,
+    # the first the remote-looking one): a bad value fails the communicator, naming it.
+    r = job.run(["-np", 2, "-H", "127.0.0.2:1,localhost:1", EXAMPLES / "allreduce_check"],
+                env={"ELASTICRUN_TUNE": "yes"}, timeout=120)
+    assert r.returncode != 0
+    out = r.stdout + r.stderr
+    assert re.search(r"\[\d\]<stdout>: allreduce_check: ERROR .*ELASTICRUN_TUNE='yes' is not 0 or 1", out), out[-3000:]
+
+
 def test_command_and_its_flags_pass_through(job):
     r = job.run(["-np", 2, "sh", "-c", 'echo "args:$*"', "sh", "--lr", "0.1", "-v", "-np", "7"])
     assert r.returncode == 0, r.stderr

@@ -127,12 +127,17 @@ std::optional<std::size_t> segment() {
 std::optional<int> device() { return parse_device(std::getenv(env::kDevice), env::kDevice); }
 std::optional<int> device_hint() { return parse_device(std::getenv(env::kDeviceHint), env::kDeviceHint); }
 
-bool nccl_shrink() {
-  const char* v = value_of(env::kNcclShrink);
+namespace {
+bool zero_or_one(const char* name) {
+  const char* v = value_of(name);
   if (!v || std::string(v) == "1") return true;
   if (std::string(v) == "0") return false;
-  throw Error(bad(env::kNcclShrink, v, "0 or 1"));
+  throw Error(bad(name, v, "0 or 1"));
 }
+}  // namespace
+
+bool nccl_shrink() { return zero_or_one(env::kNcclShrink); }
+bool tune() { return zero_or_one(env::kTune); }
 
 std::optional<Checkpoint> checkpoint() {
   const char* dir = value_of(env::kCheckpointDir);

@@ -71,6 +71,9 @@ std::optional<std::size_t> segment();
 std::optional<int> device();
 std::optional<int> device_hint();
 
+// ELASTICRUN_TUNE: "1" (default) or "0" (HostCommConfig::tune).
+bool tune();
+
 // ELASTICRUN_NCCL_SHRINK: "1" (default) or "0".
 bool nccl_shrink();
 

@@ -43,7 +43,10 @@ struct Step {
   std::size_t segment;      // pipeline chunk size in bytes
   int window;               // receives kept posted ahead in pipelined loops
   const char* what;         // collective name for error messages
-  std::uint64_t tag(std::uint64_t step) const { return Transport::make_tag(seq, step); }
+  // Added to every step of the tags: a second exchange within the same collective (the
+  // tuner's agreement, host/tuner.h) takes steps no algorithm's reach.
+  std::uint64_t step_base = 0;
+  std::uint64_t tag(std::uint64_t step) const { return Transport::make_tag(seq, step_base + step); }
   void wait(std::span<Transport::Request> r) const { tp.wait(r, deadline, what); }
 };
 

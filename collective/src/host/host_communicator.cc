@@ -5,11 +5,14 @@
 #include "host/hier_allreduce.h"
 #include "host/shm_collectives.h"
 #include "host/sub_transport.h"
+#include "host/tuner.h"
 #include "host/ucx_transport.h"
 
 #include <common/log.h>
 
 #include <algorithm>
+#include <array>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -53,6 +56,7 @@ class HostCommunicator final : public elasticrun::Communicator {
     segment_ = cfg.segment ? *cfg.segment
                            : settings::segment().value_or(across_hosts ? cfg.net_segment_bytes : cfg.segment_bytes);
     crossover_ = cfg.crossover.value_or(across_hosts ? cfg.net_crossover : cfg.local_crossover);
+    tune_ = cfg.size > 1 && (cfg.tune ? *cfg.tune : across_hosts && settings::tune());
     if (cfg.size == 1) {
       tp_ = std::make_unique<SelfTransport>();
       return;
@@ -125,7 +129,7 @@ class HostCommunicator final : public elasticrun::Communicator {
       } else if (a == Algorithm::hier) {
         throw Error("allreduce: ELASTICRUN_ALGORITHM=hier, but " + hier_unavailable_);
       } else {
-        allreduce_flat(st, a, in, out, count, t, op);
+        allreduce_flat(st, a, in, out, count, t, op, tune_ ? &tuner_ : nullptr);
       }
     });
   }
@@ -140,8 +144,13 @@ class HostCommunicator final : public elasticrun::Communicator {
       ShmGroup* g = bytes >= cfg_.shm_broadcast_min_bytes || a == Algorithm::shm ? shm(st, a) : nullptr;
       if (g) broadcast_shm(*g, buf, bytes, root, shm_wait(st));
       else if (bytes >= cfg_.chain_min_bytes && cfg_.size > 2) broadcast_chain(st, buf, bytes, root);
-      else if (bytes >= crossover_.scatter_min && cfg_.size > 2) broadcast_scatter_allgather(st, buf, bytes, root);
-      else broadcast_binomial(st, buf, bytes, root);
+      else if (bytes < crossover_.scatter_min || cfg_.size <= 2) broadcast_binomial(st, buf, bytes, root);
+      else if (!tune_ || a != Algorithm::automatic) broadcast_scatter_allgather(st, buf, bytes, root);
+      else
+        tuned(st, tuner_, Tuner::Kind::broadcast, bytes, [&](int c) {
+          if (c == 0) broadcast_scatter_allgather(st, buf, bytes, root);
+          else broadcast_binomial(st, buf, bytes, root);
+        });
     });
   }
 
@@ -207,13 +216,23 @@ class HostCommunicator final : public elasticrun::Communicator {
   }
 
   // An allreduce among st.tp's ranks over UCX: ring, rd or rhd as forced, else by size
-  // (HostCommConfig::Crossover), the same on every rank.
-  void allreduce_flat(Step& st, Algorithm a, const void* in, void* out, std::size_t count, DataType t, ReduceOp op) {
+  // (HostCommConfig::Crossover), the same on every rank; where rhd is the fixed choice,
+  // `tuner` (if any) measures it against rd.
+  void allreduce_flat(Step& st, Algorithm a, const void* in, void* out, std::size_t count, DataType t, ReduceOp op,
+                      Tuner* tuner) {
     const std::size_t bytes = count * size_of(t);
-    if (a != Algorithm::ring && a != Algorithm::rd && a != Algorithm::rhd)
+    if (a != Algorithm::ring && a != Algorithm::rd && a != Algorithm::rhd) {
       a = bytes <= crossover_.rd_max || count < static_cast<std::size_t>(st.tp.size()) ? Algorithm::rd
           : bytes <= crossover_.rhd_max                                               ? Algorithm::rhd
                                                                                      : Algorithm::ring;
+      if (a == Algorithm::rhd && tuner) {
+        tuned(st, *tuner, Tuner::Kind::allreduce, bytes, [&](int c) {
+          if (c == 0) allreduce_rhd(st, in, out, count, t, op);
+          else allreduce_rd(st, in, out, count, t, op);
+        });
+        return;
+      }
+    }
     if (a == Algorithm::rd) allreduce_rd(st, in, out, count, t, op);
     else if (a == Algorithm::rhd) allreduce_rhd(st, in, out, count, t, op);
     else allreduce_ring(st, in, out, count, t, op);
@@ -223,6 +242,7 @@ class HostCommunicator final : public elasticrun::Communicator {
   struct Hierarchy {
     std::unique_ptr<ShmGroup> host;          // null when this rank is alone on its host
     std::unique_ptr<SubTransport> leaders;   // the hosts' first ranks; used by them only
+    Tuner tuner;                             // the leaders' decisions (theirs alone)
     bool leader = false;
     std::size_t round_bytes = 0;             // the same on every rank
   };
@@ -294,7 +314,7 @@ class HostCommunicator final : public elasticrun::Communicator {
     if (h.leader)
       ha.across = [&](std::size_t round, void* buf, std::size_t n) {
         Step sub{*h.leaders, st.deadline, first + round, ws_, segment_, cfg_.window, st.what};
-        allreduce_flat(sub, Algorithm::automatic, buf, buf, n, t, acc);
+        allreduce_flat(sub, Algorithm::automatic, buf, buf, n, t, acc, tune_ ? &h.tuner : nullptr);
       };
     allreduce_hier(ha, in, out, count, t, op, shm_wait(st));
   }
@@ -408,6 +428,34 @@ class HostCommunicator final : public elasticrun::Communicator {
   }
 
 
+  // Runs candidate c (0 the fixed choice, 1 the alternative) of a call that `tuner`
+  // measures, and once the call's size class has its samples, agrees with the other
+  // ranks (in this call, on tags past the candidate's) and fixes the choice.
+  template <class F>
+  void tuned(Step& st, Tuner& tuner, Tuner::Kind k, std::size_t bytes, F&& run_candidate) {
+    const int c = tuner.pick(k, bytes);
+    const auto t0 = Clock::now();
+    run_candidate(c);
+    if (!tuner.record(k, bytes, c, std::chrono::duration<double>(Clock::now() - t0).count())) return;
+    std::array<double, 2> sum = tuner.samples(k, bytes);
+    Step agree = st;
+    agree.step_base = kAgreementSteps;
+    allreduce_rd(agree, sum.data(), sum.data(), 2, DataType::f64, ReduceOp::sum);
+    const int choice = tuner.decide(k, bytes, sum);
+    const bool ar = k == Tuner::Kind::allreduce;
+    const auto [lo, hi] = Tuner::size_class(bytes);
+    const int n = st.tp.size();
+    std::string text = std::string(ar ? "allreduce" : "broadcast") + " of " + std::to_string(lo + 1) + "-" +
+                       std::to_string(hi) + " bytes over " + std::to_string(n) + " ranks: " +
+                       (ar ? "rhd " : "scatter-allgather ") + std::to_string(std::lround(sum[0] / n * 1e6)) +
+                       " us, " + (ar ? "rd " : "binomial ") + std::to_string(std::lround(sum[1] / n * 1e6)) +
+                       " us (fastest of " + std::to_string(Tuner::kTrials) + ", mean over ranks): " +
+                       (choice == 0 ? (ar ? "rhd" : "scatter-allgather") : (ar ? "rd" : "binomial"));
+    ER_LOG(collective, info, "tuned {}", text);
+    if (cfg_.on_tuned) cfg_.on_tuned(text);
+  }
+  static constexpr std::uint64_t kAgreementSteps = std::uint64_t{1} << 20;
+
   // Runs one collective with a fresh deadline and tag sequence. A failure leaves
   // peers at unknown points, so the communicator refuses further use afterwards:
   // the caller rebuilds it for the next epoch.
@@ -431,6 +479,8 @@ class HostCommunicator final : public elasticrun::Communicator {
   bool blocking_ = false;
   std::size_t segment_ = 0;  // the UCX algorithms' pipeline chunk (HostCommConfig::segment)
   HostCommConfig::Crossover crossover_;
+  bool tune_ = false;  // measure where the crossovers guess (HostCommConfig::tune)
+  Tuner tuner_;        // this communicator's measured choices
   std::unique_ptr<Transport> tp_;  // UCX, or SelfTransport in a world of one
   std::unique_ptr<ShmGroup> shm_;
   std::string shm_unavailable_;  // why there is no shm_, once decided

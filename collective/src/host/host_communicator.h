@@ -12,7 +12,9 @@
 // hold several ranks, an allreduce up to `hier_max_bytes` is hierarchical
 // (hier_allreduce.h): shared memory within each host, UCX among one rank per host
 // (bench/RESULTS.md: 2x at 8-32 KiB and 1.2x at 64-512 KiB on shaped 4 x 2 hosts, even
-// at 1 MiB, behind above).
+// at 1 MiB, behind above). Across hosts, where the crossovers only guess (rhd or rd,
+// scatter-allgather or the binomial tree), the first calls of each size class measure
+// both and the ranks agree on the faster (host/tuner.h; HostCommConfig::tune).
 // ELASTICRUN_ALGORITHM=shm|ring|rd|rhd|auto forces it (ring, rd and rhd: UCX for every
 // collective, and that allreduce algorithm); it is read at every call unless
 // HostCommConfig fixes it, so a test program can switch algorithms without rebuilding
@@ -32,6 +34,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -78,6 +81,13 @@ struct HostCommConfig {
   std::optional<Crossover> crossover;
   Crossover local_crossover{32 * 1024, 32 * 1024, 0};
   Crossover net_crossover{4 * 1024, 128 * 1024, 64 * 1024, 8 * 1024};
+  // Where the fixed crossovers only guess, measure (host/tuner.h): an automatic allreduce
+  // between rd_max and rhd_max tries rd against rhd, a broadcast from scatter_min up to
+  // chain_min_bytes the binomial tree against scatter-allgather, each size class on its
+  // first calls. Unset: ELASTICRUN_TUNE (default on) where the ranks span hosts, off on
+  // one host. `on_tuned`, if set, hears each decision (as the log does, at info).
+  std::optional<bool> tune;
+  std::function<void(const std::string&)> on_tuned;
   std::size_t chain_min_bytes = 256 * 1024;  // automatic broadcast: chain from this size
   std::size_t hier_max_bytes = 512 * 1024;   // automatic allreduce: hierarchical up to this size
   // Shared-memory allreduce (bench/RESULTS.md has the measurements behind these):

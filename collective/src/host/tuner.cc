@@ -1,0 +1,46 @@
+#include "host/tuner.h"
+
+#include <algorithm>
+#include <bit>
+
+namespace elasticrun::collective {
+
+Tuner::Key Tuner::key(Kind k, std::size_t bytes) {
+  return {k, static_cast<int>(std::bit_width(bytes > 0 ? bytes - 1 : 0))};
+}
+
+std::pair<std::size_t, std::size_t> Tuner::size_class(std::size_t bytes) {
+  const int b = key(Kind::allreduce, bytes).second;
+  return {b == 0 ? 0 : std::size_t{1} << (b - 1), std::size_t{1} << b};
+}
+
+int Tuner::pick(Kind k, std::size_t bytes) const {
+  auto it = entries_.find(key(k, bytes));
+  if (it == entries_.end()) return 0;
+  const Entry& e = it->second;
+  if (e.choice >= 0) return e.choice;
+  return e.calls >= 1 && e.calls <= 2 * kTrials ? e.calls % 2 : 0;
+}
+
+bool Tuner::record(Kind k, std::size_t bytes, int candidate, double seconds) {
+  Entry& e = entries_[key(k, bytes)];
+  if (e.choice >= 0 || e.calls > 2 * kTrials) return false;
+  if (e.calls > 0) {
+    double& best = e.best[candidate];
+    best = best < 0 ? seconds : std::min(best, seconds);
+  }
+  return ++e.calls == 2 * kTrials + 1;
+}
+
+std::array<double, 2> Tuner::samples(Kind k, std::size_t bytes) const {
+  auto it = entries_.find(key(k, bytes));
+  return it == entries_.end() ? std::array<double, 2>{-1, -1} : it->second.best;
+}
+
+int Tuner::decide(Kind k, std::size_t bytes, std::array<double, 2> summed) {
+  Entry& e = entries_[key(k, bytes)];
+  e.choice = summed[1] < summed[0] * (1 - kMargin) ? 1 : 0;
+  return e.choice;
+}
+
+}  // namespace elasticrun::collective

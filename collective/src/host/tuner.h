@@ -1,0 +1,60 @@
+// The online choice between two algorithms where the fixed crossovers only guess.
+//
+// A fixed crossover (HostCommConfig::Crossover) is right for the network it was measured
+// on: on zero-latency links behind 200 Mbit/s, recursive halving-doubling beats recursive
+// doubling from 8 KiB, but where a message takes a millisecond to cross, rhd's extra
+// log2(n) rounds cost more than rd's extra bytes up to far larger sizes (bench/RESULTS.md).
+// So, in the ranges where the choice depends on the network, the communicator measures:
+// the first call of a size class (a power-of-two range of bytes) runs the fixed choice
+// and is not counted (it pays for first contacts and first-touched pages), the next
+// 2 x kTrials alternate the alternative and the fixed choice (so that a drift in the
+// job's pace falls on both), each rank keeps each candidate's fastest call, the ranks
+// sum those (an allreduce of two doubles, by recursive doubling, in the
+// same call), and from then on the class runs the candidate with the smaller sum (the
+// alternative only when it is kMargin faster). Every rank makes the same calls in the
+// same order, so every rank reaches the agreement in the same call and decides alike.
+//
+// A Tuner holds the decisions of one set of ranks (a communicator's transport, or the
+// hierarchy's leaders) for the life of that communicator: an elastic epoch, whose new
+// communicator measures again.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+
+namespace elasticrun::collective {
+
+class Tuner {
+ public:
+  enum class Kind { allreduce, broadcast };
+  static constexpr int kTrials = 3;        // timed calls per candidate (after one untimed)
+  static constexpr double kMargin = 0.05;  // the alternative must be this much faster
+
+  // The candidate the next call of `bytes` runs: 0 the fixed choice, 1 the alternative.
+  int pick(Kind k, std::size_t bytes) const;
+  // Records the call's time (seconds) on this rank; true when the class has all its
+  // samples and the ranks must now agree: sum samples() over them and pass it to decide().
+  bool record(Kind k, std::size_t bytes, int candidate, double seconds);
+  std::array<double, 2> samples(Kind k, std::size_t bytes) const;
+  // Fixes the class's choice from the summed samples; returns it.
+  int decide(Kind k, std::size_t bytes, std::array<double, 2> summed);
+
+  // The size class of `bytes`: (lo, hi], the power-of-two range it falls in.
+  static std::pair<std::size_t, std::size_t> size_class(std::size_t bytes);
+
+ private:
+  struct Entry {
+    int calls = 0;
+    std::array<double, 2> best{-1, -1};
+    int choice = -1;  // decided: 0 or 1
+  };
+  using Key = std::pair<Kind, int>;
+  static Key key(Kind k, std::size_t bytes);
+  std::map<Key, Entry> entries_;
+};
+
+}  // namespace elasticrun::collective

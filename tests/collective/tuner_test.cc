@@ -1,0 +1,71 @@
+// The tuner's state machine (host/tuner.h): which candidate each call of a size class
+// runs, when the ranks must agree, and what they then decide. Pure: no ranks, no clock.
+#include "host/tuner.h"
+
+#include <gtest/gtest.h>
+
+namespace elasticrun::collective {
+namespace {
+
+using Kind = Tuner::Kind;
+
+constexpr int kLastTrial = 2 * Tuner::kTrials;  // the untimed call 0, then the trials
+
+// Runs a class's calls with the given times per candidate (the untimed first call far
+// slower, as a first contact is); returns the call after which the tuner asked for the
+// agreement (-1: never).
+int trials(Tuner& t, Kind k, std::size_t bytes, double first, double second) {
+  for (int call = 0; call <= kLastTrial + 2; ++call) {
+    const int c = t.pick(k, bytes);
+    EXPECT_EQ(c, call == 0 ? 0 : call % 2) << "call " << call;  // then alternating, the alternative first
+    // The fastest of the trials counts: the others are slower.
+    double secs = call == 0 ? 1.0 : (c == 0 ? first : second) * (call <= 2 ? 1.0 : 3.0);
+    if (t.record(k, bytes, c, secs)) return call;
+  }
+  return -1;
+}
+
+TEST(Tuner, EachCandidateRunsItsTrialsThenTheRanksAgree) {
+  Tuner t;
+  EXPECT_EQ(trials(t, Kind::allreduce, 10000, 2e-3, 1e-3), kLastTrial);
+  std::array<double, 2> mine = t.samples(Kind::allreduce, 10000);
+  EXPECT_DOUBLE_EQ(mine[0], 2e-3);
+  EXPECT_DOUBLE_EQ(mine[1], 1e-3);
+  // The sums over (say) three ranks decide; from then on every call of the class runs it,
+  // and nothing more is recorded.
+  EXPECT_EQ(t.decide(Kind::allreduce, 10000, {6e-3, 3e-3}), 1);
+  for (std::size_t bytes : {8193u, 10000u, 16384u}) EXPECT_EQ(t.pick(Kind::allreduce, bytes), 1) << bytes;
+  EXPECT_FALSE(t.record(Kind::allreduce, 10000, 1, 1e-6));
+  EXPECT_EQ(t.pick(Kind::allreduce, 10000), 1);
+}
+
+TEST(Tuner, TheAlternativeMustWinByTheMargin) {
+  Tuner t;
+  trials(t, Kind::allreduce, 10000, 1e-3, 0.97e-3);
+  EXPECT_EQ(t.decide(Kind::allreduce, 10000, {1e-3, 0.97e-3}), 0);  // 3 % faster: not enough
+  EXPECT_EQ(t.pick(Kind::allreduce, 10000), 0);
+  Tuner u;
+  trials(u, Kind::broadcast, 10000, 1e-3, 0.9e-3);
+  EXPECT_EQ(u.decide(Kind::broadcast, 10000, {1e-3, 0.9e-3}), 1);
+}
+
+TEST(Tuner, ClassesAndKindsAreTunedApart) {
+  Tuner t;
+  trials(t, Kind::allreduce, 10000, 2e-3, 1e-3);
+  t.decide(Kind::allreduce, 10000, {2e-3, 1e-3});
+  // 16385 bytes is the next class, and broadcast of the same size its own: both untried.
+  EXPECT_EQ(t.pick(Kind::allreduce, 16385), 0);
+  EXPECT_EQ(t.pick(Kind::broadcast, 10000), 0);
+  EXPECT_EQ(trials(t, Kind::allreduce, 16385, 1e-3, 2e-3), kLastTrial);
+  EXPECT_EQ(t.decide(Kind::allreduce, 16385, {1e-3, 2e-3}), 0);
+  EXPECT_EQ(t.pick(Kind::allreduce, 10000), 1);
+}
+
+TEST(Tuner, SizeClassesArePowerOfTwoRanges) {
+  EXPECT_EQ(Tuner::size_class(8192), std::make_pair(std::size_t{4096}, std::size_t{8192}));
+  EXPECT_EQ(Tuner::size_class(8193), std::make_pair(std::size_t{8192}, std::size_t{16384}));
+  EXPECT_EQ(Tuner::size_class(1), std::make_pair(std::size_t{0}, std::size_t{1}));
+}
+
+}  // namespace
+}  // namespace elasticrun::collective
