@@ -133,7 +133,7 @@ TEST_P(Collectives, TunedChoicesAreCorrectAndTheSameOnEveryRank) {
     };
     return c;
   };
-  constexpr int kCalls = 2 * Tuner::kTrials + 3;
+  constexpr int kCalls = Tuner::kCalls + 2;
   run_ranks(w, cfg_of, "tuned/", [](int r, Communicator& c) {
     for (int call = 0; call < kCalls; ++call) {
       for (std::size_t count : {3000u, 20000u}) allreduce_case(c, r, DataType::f32, ReduceOp::sum, count, call % 2);

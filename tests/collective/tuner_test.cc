@@ -9,17 +9,21 @@ namespace {
 
 using Kind = Tuner::Kind;
 
-constexpr int kLastTrial = 2 * Tuner::kTrials;  // the untimed call 0, then the trials
+constexpr int kLastTrial = Tuner::kCalls - 1;
+constexpr int kRun = Tuner::kRun;  // untimed calls, then the timed ones
 
-// Runs a class's calls with the given times per candidate (the untimed first call far
-// slower, as a first contact is); returns the call after which the tuner asked for the
-// agreement (-1: never).
+// Runs a class's calls with the given times per candidate: kWarm calls of the fixed
+// choice, a run of it, then one of the alternative, the warm calls and each run's first
+// call far slower (they are not counted), and of the timed ones one far faster (a full
+// token bucket) and one far slower: only each run's median counts. Returns the call after
+// which the tuner asked for the agreement (-1: never).
 int trials(Tuner& t, Kind k, std::size_t bytes, double first, double second) {
   for (int call = 0; call <= kLastTrial + 2; ++call) {
     const int c = t.pick(k, bytes);
-    EXPECT_EQ(c, call == 0 ? 0 : call % 2) << "call " << call;  // then alternating, the alternative first
-    // The fastest of the trials counts: the others are slower.
-    double secs = call == 0 ? 1.0 : (c == 0 ? first : second) * (call <= 2 ? 1.0 : 3.0);
+    const int i = call - Tuner::kWarm;
+    EXPECT_EQ(c, i >= kRun && i < 2 * kRun ? 1 : 0) << "call " << call;
+    const int at = i < 0 ? 0 : i % kRun - Tuner::kSettle;  // < 0: untimed
+    double secs = at < 0 ? 1.0 : (c == 0 ? first : second) * (at == 0 ? 0.1 : at == 1 ? 1.0 : 9.0);
     if (t.record(k, bytes, c, secs)) return call;
   }
   return -1;

@@ -449,7 +449,7 @@ class HostCommunicator final : public elasticrun::Communicator {
                        std::to_string(hi) + " bytes over " + std::to_string(n) + " ranks: " +
                        (ar ? "rhd " : "scatter-allgather ") + std::to_string(std::lround(sum[0] / n * 1e6)) +
                        " us, " + (ar ? "rd " : "binomial ") + std::to_string(std::lround(sum[1] / n * 1e6)) +
-                       " us (fastest of " + std::to_string(Tuner::kTrials) + ", mean over ranks): " +
+                       " us (median of " + std::to_string(Tuner::kTrials) + ", mean over ranks): " +
                        (choice == 0 ? (ar ? "rhd" : "scatter-allgather") : (ar ? "rd" : "binomial"));
     ER_LOG(collective, info, "tuned {}", text);
     if (cfg_.on_tuned) cfg_.on_tuned(text);

@@ -19,22 +19,27 @@ int Tuner::pick(Kind k, std::size_t bytes) const {
   if (it == entries_.end()) return 0;
   const Entry& e = it->second;
   if (e.choice >= 0) return e.choice;
-  return e.calls >= 1 && e.calls <= 2 * kTrials ? e.calls % 2 : 0;
+  return e.calls >= kWarm + kRun && e.calls < kCalls ? 1 : 0;
 }
 
 bool Tuner::record(Kind k, std::size_t bytes, int candidate, double seconds) {
   Entry& e = entries_[key(k, bytes)];
-  if (e.choice >= 0 || e.calls > 2 * kTrials) return false;
-  if (e.calls > 0) {
-    double& best = e.best[candidate];
-    best = best < 0 ? seconds : std::min(best, seconds);
-  }
-  return ++e.calls == 2 * kTrials + 1;
+  if (e.choice >= 0 || e.calls >= kCalls) return false;
+  const int i = e.calls - kWarm, at = i % kRun;  // at < kSettle: a run's untimed first calls
+  if (i >= 0 && at >= kSettle) e.times[candidate][at - kSettle] = seconds;
+  return ++e.calls == kCalls;
 }
 
 std::array<double, 2> Tuner::samples(Kind k, std::size_t bytes) const {
   auto it = entries_.find(key(k, bytes));
-  return it == entries_.end() ? std::array<double, 2>{-1, -1} : it->second.best;
+  if (it == entries_.end()) return {-1, -1};
+  std::array<double, 2> median{};
+  for (int c = 0; c < 2; ++c) {
+    auto t = it->second.times[c];
+    std::nth_element(t.begin(), t.begin() + kTrials / 2, t.end());
+    median[c] = t[kTrials / 2];
+  }
+  return median;
 }
 
 int Tuner::decide(Kind k, std::size_t bytes, std::array<double, 2> summed) {

@@ -4,12 +4,16 @@
 // on: on zero-latency links behind 200 Mbit/s, recursive halving-doubling beats recursive
 // doubling from 8 KiB, but where a message takes a millisecond to cross, rhd's extra
 // log2(n) rounds cost more than rd's extra bytes up to far larger sizes (bench/RESULTS.md).
-// So, in the ranges where the choice depends on the network, the communicator measures:
-// the first call of a size class (a power-of-two range of bytes) runs the fixed choice
-// and is not counted (it pays for first contacts and first-touched pages), the next
-// 2 x kTrials alternate the alternative and the fixed choice (so that a drift in the
-// job's pace falls on both), each rank keeps each candidate's fastest call, the ranks
-// sum those (an allreduce of two doubles, by recursive doubling, in the
+// So, in the ranges where the choice depends on the network, the communicator measures
+// each size class (a power-of-two range of bytes) on its first calls: kWarm calls of the
+// fixed choice, not counted (a program's first calls run slow: behind 200 Mbit/s links
+// whichever candidate went first measured 1.5-2.5x its steady time), then a run of
+// 1 + kTrials calls of the fixed choice and one of the alternative. The first call of each
+// run is not counted either: it pays for what the other left behind (a token bucket the
+// other drained or left full; alternating the two call by call favoured whichever used
+// more bytes). Each rank keeps each
+// candidate's median call (not the fastest: that is the one that caught a full bucket,
+// not the pace of a loop of calls), the ranks sum those (an allreduce of two doubles, by recursive doubling, in the
 // same call), and from then on the class runs the candidate with the smaller sum (the
 // alternative only when it is kMargin faster). Every rank makes the same calls in the
 // same order, so every rank reaches the agreement in the same call and decides alike.
@@ -31,7 +35,11 @@ namespace elasticrun::collective {
 class Tuner {
  public:
   enum class Kind { allreduce, broadcast };
-  static constexpr int kTrials = 3;        // timed calls per candidate (after one untimed)
+  static constexpr int kWarm = 4;          // untimed calls of the fixed choice first
+  static constexpr int kSettle = 2;        // untimed calls at the start of each candidate's run
+  static constexpr int kTrials = 3;        // timed calls per candidate (after kSettle untimed)
+  static constexpr int kRun = kSettle + kTrials;
+  static constexpr int kCalls = kWarm + 2 * kRun;  // a class's calls until the agreement
   static constexpr double kMargin = 0.05;  // the alternative must be this much faster
 
   // The candidate the next call of `bytes` runs: 0 the fixed choice, 1 the alternative.
@@ -49,7 +57,7 @@ class Tuner {
  private:
   struct Entry {
     int calls = 0;
-    std::array<double, 2> best{-1, -1};
+    std::array<std::array<double, kTrials>, 2> times{};  // each candidate's trials
     int choice = -1;  // decided: 0 or 1
   };
   using Key = std::pair<Kind, int>;
