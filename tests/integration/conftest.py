@@ -122,6 +122,24 @@ class Job:
                                 stderr=subprocess.PIPE, text=True, env=self.env(env), **kw)
 
 
+def testcluster(*args, timeout=60):
+    """scripts/testcluster ARGS..., its output captured."""
+    return subprocess.run([str(ROOT / "scripts" / "testcluster"), *map(str, args)], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def shape_link(k, *args):
+    """`testcluster link K shape ARGS...` (none: unshaped), which must succeed."""
+    r = testcluster("link", k, "shape", *args)
+    assert r.returncode == 0, r.stderr
+    return r
+
+
+def cluster_addr(k):
+    """Host K's address in the namespace cluster."""
+    return f"{os.environ.get('TESTCLUSTER_NET', '10.77.0')}.{10 + k}"
+
+
 def namespace_cluster(hosts, slots, *shape):
     """Generator for a module fixture: `scripts/testcluster up` (with the SHAPE options
     `shape`; skipping the module where namespaces cannot be made, failing it when

@@ -7,7 +7,6 @@ the round trips without dropping under the delay's floor, unshaped the line cost
 and every collective and algorithm of the library stays correct on links that are at once
 delayed, jittery, lossy and rate-limited. Bad delay settings and a bad delay-line
 configuration are refused with their reason."""
-import os
 import re
 import statistics
 import subprocess
@@ -15,10 +14,9 @@ import sys
 
 import pytest
 
-from conftest import BUILD, EXAMPLES, ROOT, namespace_cluster
+from conftest import BUILD, EXAMPLES, namespace_cluster
+from conftest import cluster_addr as addr, testcluster as tc, shape_link as shape
 
-TESTCLUSTER = ROOT / "scripts" / "testcluster"
-NET = os.environ.get("TESTCLUSTER_NET", "10.77.0")
 N = 3
 
 # A TCP ping-pong of one byte (TCP_NODELAY): the server echoes, the client prints each round
@@ -45,20 +43,6 @@ else:
         c.recv(64)
         print(round((time.perf_counter() - t) * 1e6))
 """
-
-
-def tc(*args, timeout=60):
-    return subprocess.run([str(TESTCLUSTER), *map(str, args)], capture_output=True, text=True, timeout=timeout)
-
-
-def shape(k, *args):
-    r = tc("link", k, "shape", *args)
-    assert r.returncode == 0, r.stderr
-    return r
-
-
-def addr(k):
-    return f"{NET}.{10 + k}"
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,6 @@ This module's cluster is made without a delay: --delay needs the kernel's netem 
 this machine's kernel has none (`tc qdisc add ... netem` answers "qdisc kind unknown"), nor
 fq, gact or police; `shape --delay` then exits 77 and says how to get a delay (a cluster
 made with one carries the userspace delay line: test_delayed_network.py)."""
-import os
 import re
 import subprocess
 import sys
@@ -20,11 +19,10 @@ import time
 
 import pytest
 
-from conftest import EXAMPLES, ROOT, discovery_script, namespace_cluster, wait_for_progress
+from conftest import EXAMPLES, discovery_script, namespace_cluster, wait_for_progress
+from conftest import cluster_addr as addr, testcluster as tc, shape_link as shape
 from test_sgd import finals, reference
 
-TESTCLUSTER = ROOT / "scripts" / "testcluster"
-NET = os.environ.get("TESTCLUSTER_NET", "10.77.0")
 N = 3
 
 RECEIVER = r"""
@@ -72,20 +70,6 @@ else:
         s.sendto(b"y" * 1000, (addr, port))
         time.sleep(0.0002)
 """
-
-
-def tc(*args, timeout=60):
-    return subprocess.run([str(TESTCLUSTER), *map(str, args)], capture_output=True, text=True, timeout=timeout)
-
-
-def shape(k, *args):
-    r = tc("link", k, "shape", *args)
-    assert r.returncode == 0, r.stderr
-    return r
-
-
-def addr(k):
-    return f"{NET}.{10 + k}"
 
 
 @pytest.fixture(scope="module")
