@@ -4,9 +4,10 @@ with them (`up 3 --delay 0us`). Where the kernel has netem, netem delays; where 
 link. Either way: a delay is applied on each direction of the link it is set on (a TCP
 round trip is never faster than the delays it crosses, and not much slower), jitter spreads
 the round trips without dropping under the delay's floor, unshaped the line costs little,
-and every collective and algorithm of the library stays correct on links that are at once
-delayed, jittery, lossy and rate-limited. Bad delay settings and a bad delay-line
-configuration are refused with their reason."""
+every collective and algorithm of the library stays correct on links that are at once
+delayed, jittery, lossy and rate-limited, and the library's tuner (host/tuner.h) measures
+the delay: it picks the algorithms with fewer rounds, the same on every rank. Bad delay
+settings and a bad delay-line configuration are refused with their reason."""
 import re
 import statistics
 import subprocess
