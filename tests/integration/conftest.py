@@ -122,7 +122,7 @@ class Job:
                                 stderr=subprocess.PIPE, text=True, env=self.env(env), **kw)
 
 
-def testcluster(*args, timeout=60):
+def run_testcluster(*args, timeout=60):
     """scripts/testcluster ARGS..., its output captured."""
     return subprocess.run([str(ROOT / "scripts" / "testcluster"), *map(str, args)], capture_output=True, text=True,
                           timeout=timeout)
@@ -130,7 +130,7 @@ def testcluster(*args, timeout=60):
 
 def shape_link(k, *args):
     """`testcluster link K shape ARGS...` (none: unshaped), which must succeed."""
-    r = testcluster("link", k, "shape", *args)
+    r = run_testcluster("link", k, "shape", *args)
     assert r.returncode == 0, r.stderr
     return r
 

@@ -16,7 +16,7 @@ import sys
 import pytest
 
 from conftest import BUILD, EXAMPLES, namespace_cluster
-from conftest import cluster_addr as addr, testcluster as tc, shape_link as shape
+from conftest import cluster_addr as addr, run_testcluster as tc, shape_link as shape
 
 N = 3
 

@@ -20,7 +20,7 @@ import time
 import pytest
 
 from conftest import EXAMPLES, discovery_script, namespace_cluster, wait_for_progress
-from conftest import cluster_addr as addr, testcluster as tc, shape_link as shape
+from conftest import cluster_addr as addr, run_testcluster as tc, shape_link as shape
 from test_sgd import finals, reference
 
 N = 3

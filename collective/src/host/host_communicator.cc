@@ -11,8 +11,6 @@
 #include <common/log.h>
 
 #include <algorithm>
-#include <array>
-#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -147,7 +145,7 @@ class HostCommunicator final : public elasticrun::Communicator {
       else if (bytes < crossover_.scatter_min || cfg_.size <= 2) broadcast_binomial(st, buf, bytes, root);
       else if (!tune_ || a != Algorithm::automatic) broadcast_scatter_allgather(st, buf, bytes, root);
       else
-        tuned(st, tuner_, Tuner::Kind::broadcast, bytes, [&](int c) {
+        run_tuned(st, tuner_, Tuner::Kind::broadcast, bytes, cfg_.on_tuned, [&](int c) {
           if (c == 0) broadcast_scatter_allgather(st, buf, bytes, root);
           else broadcast_binomial(st, buf, bytes, root);
         });
@@ -226,7 +224,7 @@ class HostCommunicator final : public elasticrun::Communicator {
           : bytes <= crossover_.rhd_max                                               ? Algorithm::rhd
                                                                                      : Algorithm::ring;
       if (a == Algorithm::rhd && tuner) {
-        tuned(st, *tuner, Tuner::Kind::allreduce, bytes, [&](int c) {
+        run_tuned(st, *tuner, Tuner::Kind::allreduce, bytes, cfg_.on_tuned, [&](int c) {
           if (c == 0) allreduce_rhd(st, in, out, count, t, op);
           else allreduce_rd(st, in, out, count, t, op);
         });
@@ -427,34 +425,6 @@ class HostCommunicator final : public elasticrun::Communicator {
     return true;
   }
 
-
-  // Runs candidate c (0 the fixed choice, 1 the alternative) of a call that `tuner`
-  // measures, and once the call's size class has its samples, agrees with the other
-  // ranks (in this call, on tags past the candidate's) and fixes the choice.
-  template <class F>
-  void tuned(Step& st, Tuner& tuner, Tuner::Kind k, std::size_t bytes, F&& run_candidate) {
-    const int c = tuner.pick(k, bytes);
-    const auto t0 = Clock::now();
-    run_candidate(c);
-    if (!tuner.record(k, bytes, c, std::chrono::duration<double>(Clock::now() - t0).count())) return;
-    std::array<double, 2> sum = tuner.samples(k, bytes);
-    Step agree = st;
-    agree.step_base = kAgreementSteps;
-    allreduce_rd(agree, sum.data(), sum.data(), 2, DataType::f64, ReduceOp::sum);
-    const int choice = tuner.decide(k, bytes, sum);
-    const bool ar = k == Tuner::Kind::allreduce;
-    const auto [lo, hi] = Tuner::size_class(bytes);
-    const int n = st.tp.size();
-    std::string text = std::string(ar ? "allreduce" : "broadcast") + " of " + std::to_string(lo + 1) + "-" +
-                       std::to_string(hi) + " bytes over " + std::to_string(n) + " ranks: " +
-                       (ar ? "rhd " : "scatter-allgather ") + std::to_string(std::lround(sum[0] / n * 1e6)) +
-                       " us, " + (ar ? "rd " : "binomial ") + std::to_string(std::lround(sum[1] / n * 1e6)) +
-                       " us (median of " + std::to_string(Tuner::kTrials) + ", mean over ranks): " +
-                       (choice == 0 ? (ar ? "rhd" : "scatter-allgather") : (ar ? "rd" : "binomial"));
-    ER_LOG(collective, info, "tuned {}", text);
-    if (cfg_.on_tuned) cfg_.on_tuned(text);
-  }
-  static constexpr std::uint64_t kAgreementSteps = std::uint64_t{1} << 20;
 
   // Runs one collective with a fresh deadline and tag sequence. A failure leaves
   // peers at unknown points, so the communicator refuses further use afterwards:

@@ -1,7 +1,10 @@
 #include "host/tuner.h"
 
+#include <common/log.h>
+
 #include <algorithm>
 #include <bit>
+#include <cmath>
 
 namespace elasticrun::collective {
 
@@ -46,6 +49,26 @@ int Tuner::decide(Kind k, std::size_t bytes, std::array<double, 2> summed) {
   Entry& e = entries_[key(k, bytes)];
   e.choice = summed[1] < summed[0] * (1 - kMargin) ? 1 : 0;
   return e.choice;
+}
+
+void Tuner::agree(Step& st, Kind k, std::size_t bytes, const std::function<void(const std::string&)>& on_tuned) {
+  constexpr std::uint64_t kAgreementSteps = std::uint64_t{1} << 20;
+  std::array<double, 2> sum = samples(k, bytes);
+  Step agreement = st;
+  agreement.step_base = kAgreementSteps;
+  allreduce_rd(agreement, sum.data(), sum.data(), 2, DataType::f64, ReduceOp::sum);
+  const int choice = decide(k, bytes, sum);
+  const bool ar = k == Kind::allreduce;
+  const char* names[2] = {ar ? "rhd" : "scatter-allgather", ar ? "rd" : "binomial"};
+  const auto [lo, hi] = size_class(bytes);
+  const int n = st.tp.size();
+  std::string text = std::string(ar ? "allreduce" : "broadcast") + " of " + std::to_string(lo + 1) + "-" +
+                     std::to_string(hi) + " bytes over " + std::to_string(n) + " ranks: " + names[0] + " " +
+                     std::to_string(std::lround(sum[0] / n * 1e6)) + " us, " + names[1] + " " +
+                     std::to_string(std::lround(sum[1] / n * 1e6)) + " us (median of " + std::to_string(kTrials) +
+                     ", mean over ranks): " + names[choice];
+  ER_LOG(collective, info, "tuned {}", text);
+  if (on_tuned) on_tuned(text);
 }
 
 }  // namespace elasticrun::collective

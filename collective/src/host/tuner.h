@@ -23,9 +23,13 @@
 // communicator measures again.
 #pragma once
 
+#include "host/algorithms.h"
+
 #include <array>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <utility>
@@ -50,6 +54,10 @@ class Tuner {
   std::array<double, 2> samples(Kind k, std::size_t bytes) const;
   // Fixes the class's choice from the summed samples; returns it.
   int decide(Kind k, std::size_t bytes, std::array<double, 2> summed);
+  // The agreement, once record() said so: sums samples() over st's ranks (recursive
+  // doubling in st's own collective, on steps past any algorithm's), decides, logs the
+  // decision at info and tells `on_tuned` (if set).
+  void agree(Step& st, Kind k, std::size_t bytes, const std::function<void(const std::string&)>& on_tuned);
 
   // The size class of `bytes`: (lo, hi], the power-of-two range it falls in.
   static std::pair<std::size_t, std::size_t> size_class(std::size_t bytes);
@@ -64,5 +72,18 @@ class Tuner {
   static Key key(Kind k, std::size_t bytes);
   std::map<Key, Entry> entries_;
 };
+
+// Runs the candidate the tuner picks for this call (run_candidate(0) the fixed choice,
+// (1) the alternative), times it, and agrees with the other ranks once the call's size
+// class has its samples.
+template <class F>
+void run_tuned(Step& st, Tuner& tuner, Tuner::Kind k, std::size_t bytes,
+               const std::function<void(const std::string&)>& on_tuned, F&& run_candidate) {
+  const int c = tuner.pick(k, bytes);
+  const auto t0 = Clock::now();
+  run_candidate(c);
+  if (tuner.record(k, bytes, c, std::chrono::duration<double>(Clock::now() - t0).count()))
+    tuner.agree(st, k, bytes, on_tuned);
+}
 
 }  // namespace elasticrun::collective
