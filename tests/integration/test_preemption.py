@@ -41,8 +41,9 @@ def test_sigterm_leaves_a_checkpoint_of_the_last_commit_and_the_next_run_resumes
     assert kinds.index("preempting") < kinds.index("checkpoint_saved") < kinds.index("job_finished"), kinds
     commit = saved[0]["commit"]
     # The first commit after the signal: past the step seen before it, and no further
-    # than the last one rank 0 printed before its workers were stopped.
-    assert 100 // 5 <= commit <= max(committed_steps(out)) // 5, (commit, committed_steps(out)[-3:])
+    # than one past the last one rank 0 printed: the driver stops the workers once the
+    # checkpoint is saved, which can fall between rank 0's commit() and its line.
+    assert 100 // 5 <= commit <= max(committed_steps(out)) // 5 + 1, (commit, committed_steps(out)[-3:])
     assert checkpoints(ck) == [f"commit-{commit:020d}.ckpt"], checkpoints(ck)
     assert f"commit {commit} is in checkpoint {ck}/" in err, err[-2000:]
     finished = of_kind(events, "job_finished")[0]
