@@ -7,16 +7,18 @@
 // So, in the ranges where the choice depends on the network, the communicator measures
 // each size class (a power-of-two range of bytes) on its first calls: kWarm calls of the
 // fixed choice, not counted (a program's first calls run slow: behind 200 Mbit/s links
-// whichever candidate went first measured 1.5-2.5x its steady time), then a run of
-// 1 + kTrials calls of the fixed choice and one of the alternative. The first call of each
-// run is not counted either: it pays for what the other left behind (a token bucket the
-// other drained or left full; alternating the two call by call favoured whichever used
-// more bytes). Each rank keeps each
-// candidate's median call (not the fastest: that is the one that caught a full bucket,
-// not the pace of a loop of calls), the ranks sum those (an allreduce of two doubles, by recursive doubling, in the
-// same call), and from then on the class runs the candidate with the smaller sum (the
+// whichever candidate went first measured 1.5-2.5x its steady time), then a run of kRun
+// calls of the fixed choice and one of the alternative. The first kSettle calls of each
+// run are not counted either: they pay for what the other left behind (a token bucket
+// the other drained or left full; alternating the two call by call favoured whichever
+// used more bytes). Each rank keeps the median of each candidate's timed calls (not the
+// fastest: that is the one that caught a full bucket, not the pace of a loop of calls),
+// the ranks sum those (an allreduce of two doubles, by recursive doubling, in the same
+// call), and from then on the class runs the candidate with the smaller sum (the
 // alternative only when it is kMargin faster). Every rank makes the same calls in the
 // same order, so every rank reaches the agreement in the same call and decides alike.
+// Behind a bursty rate limit the runs are still too short to see a loop's steady state
+// (bench/RESULTS.md: rd picked at 8 KiB on 200 Mbit/s token buckets, run at 0.68x).
 //
 // A Tuner holds the decisions of one set of ranks (a communicator's transport, or the
 // hierarchy's leaders) for the life of that communicator: an elastic epoch, whose new
