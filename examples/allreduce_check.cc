@@ -9,10 +9,11 @@
 // Inputs are small integers that depend on the rank and the index, so the exact
 // result is known in double precision; floating results are compared with a
 // tolerance of half an ulp of their type (avg divides). Every allreduce algorithm
-// (ring, recursive doubling, shared memory when all ranks share this host, and the
-// hierarchical one when some host runs several ranks but not all), and
-// the other collectives over UCX and shared memory, are exercised by switching
-// ELASTICRUN_ALGORITHM, which the library reads per call.
+// (ring, recursive doubling and halving-doubling, direct, shared memory when all ranks
+// share this host, and the hierarchical one when some host runs several ranks but not
+// all), and the other collectives over UCX and shared memory (and the direct
+// broadcast), are exercised by switching ELASTICRUN_ALGORITHM, which the library reads
+// per call.
 // Prints "allreduce_check: OK (N checks)" and exits 0, or the first mismatch and exits 1.
 #include "collective_checks.h"
 
@@ -43,7 +44,7 @@ class Checker : public collective_checks::Checks<elasticrun::Communicator> {
     comm_.allreduce(&widest, &widest, 1, DataType::i32, ReduceOp::max);
     hierarchy_ = widest > 1 && widest < size();
     if (rank() == 0)
-      std::printf("algorithms: ring rd rhd%s%s\n", one_host_ ? " shm" : "", hierarchy_ ? " hier" : "");
+      std::printf("algorithms: ring rd rhd direct%s%s\n", one_host_ ? " shm" : "", hierarchy_ ? " hier" : "");
   }
 
   void allgatherv(DataType t, std::size_t base) {
@@ -62,7 +63,7 @@ class Checker : public collective_checks::Checks<elasticrun::Communicator> {
 
   void run(std::size_t large) {
     const std::size_t mib2 = large;
-    for (const char* algo : {"ring", "rd", "rhd", "shm", "hier"}) {
+    for (const char* algo : {"ring", "rd", "rhd", "direct", "shm", "hier"}) {
       if (std::strcmp(algo, "shm") == 0 && !one_host_) continue;
       if (std::strcmp(algo, "hier") == 0 && !hierarchy_) continue;
       ::setenv("ELASTICRUN_ALGORITHM", algo, 1);
@@ -78,12 +79,19 @@ class Checker : public collective_checks::Checks<elasticrun::Communicator> {
       ::setenv("ELASTICRUN_ALGORITHM", path, 1);
       others(mib2);
     }
+    // "direct" changes the broadcast only (the others have no direct variant).
+    ::setenv("ELASTICRUN_ALGORITHM", "direct", 1);
+    broadcasts(mib2);
     ::setenv("ELASTICRUN_ALGORITHM", "auto", 1);
   }
 
-  void others(std::size_t mib2) {
+  void broadcasts(std::size_t mib2) {
     for (std::size_t count : {std::size_t{0}, std::size_t{5}, mib2 / 4 + 3})
       for (int root = 0; root < size(); ++root) broadcast(DataType::f32, count, root);
+  }
+
+  void others(std::size_t mib2) {
+    broadcasts(mib2);
     for (DataType t : kTypes)
       for (std::size_t count : {std::size_t{0}, std::size_t{3}, std::size_t{70001}})
         for (bool in_place : {false, true}) {

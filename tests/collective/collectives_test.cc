@@ -1,5 +1,6 @@
 // Every collective, checked against a local reference, for world sizes 1..5, every
-// allreduce algorithm (ring, recursive doubling, recursive halving-doubling, shared memory), several sizes (0, 1, odd, ~8 MiB), in place and out of place.
+// allreduce algorithm (ring, recursive doubling, recursive halving-doubling, direct,
+// shared memory), several sizes (0, 1, odd, ~8 MiB), in place and out of place.
 #include "host/tuner.h"
 #include "rank_fixture.h"
 #include "test_data.h"
@@ -38,6 +39,7 @@ const char* name_of(Algorithm a) {
     case Algorithm::rd: return "rd/";
     case Algorithm::rhd: return "rhd/";
     case Algorithm::shm: return "shm/";
+    case Algorithm::direct: return "direct/";
     default: return "auto/";
   }
 }
@@ -80,7 +82,7 @@ void allreduce_case(Communicator& c, int r, DataType t, ReduceOp op, std::size_t
 
 TEST_P(Collectives, AllreduceEveryTypeAndOp) {
   World w(GetParam());
-  for (Algorithm a : {Algorithm::ring, Algorithm::rd, Algorithm::rhd, Algorithm::shm})
+  for (Algorithm a : {Algorithm::ring, Algorithm::rd, Algorithm::rhd, Algorithm::direct, Algorithm::shm})
     run_ranks(w, config(a), name_of(a), [](int r, Communicator& c) {
       for (DataType t : kAllTypes)
         for (ReduceOp op : kAllOps)
@@ -104,7 +106,7 @@ TEST_P(Collectives, AllreduceSharedMemoryRounds) {
 
 TEST_P(Collectives, AllreduceLarge) {
   World w(GetParam());
-  for (Algorithm a : {Algorithm::ring, Algorithm::rd, Algorithm::rhd, Algorithm::shm})
+  for (Algorithm a : {Algorithm::ring, Algorithm::rd, Algorithm::rhd, Algorithm::direct, Algorithm::shm})
     run_ranks(w, config(a), name_of(a), [](int r, Communicator& c) {
       for (bool in_place : {false, true}) allreduce_case(c, r, DataType::f32, ReduceOp::sum, kLarge, in_place);
       allreduce_case(c, r, DataType::f16, ReduceOp::avg, 300001, false);
@@ -112,13 +114,16 @@ TEST_P(Collectives, AllreduceLarge) {
     });
 }
 
-// The tuner (host/tuner.h) where the ranks span hosts: the allreduce classes between
-// rd_max and rhd_max and the broadcast classes of scatter-allgather each run both
-// candidates, agree, and go on with one; every call is checked, whatever runs it, and every
-// rank hears the same decisions in the same order (what keeps their tags in step).
+// The tuner (host/tuner.h) where the ranks span hosts: an allreduce class below rd_max
+// (rd, direct), two between rd_max and rhd_max (rhd, rd, direct), a broadcast class below
+// scatter_min (binomial, direct) and one of scatter-allgather (with binomial and direct)
+// each run their candidates, agree, and go on with one; every call is checked, whatever
+// runs it, and every rank hears the same decisions in the same order (what keeps their
+// tags in step). Among 2 ranks direct is rd and the binomial tree: only rd and rhd tune;
+// among 3 the binomial tree is the direct broadcast.
 TEST_P(Collectives, TunedChoicesAreCorrectAndTheSameOnEveryRank) {
   World w(GetParam());
-  std::vector<std::vector<std::string>> heard(w.size);
+  std::vector<std::vector<std::string>> heard(w.size), heard_text(w.size);
   std::mutex mu;
   auto cfg_of = [&](int r) {
     // Each rank as if alone on its host: no shared memory, no hierarchy, the crossovers
@@ -130,25 +135,50 @@ TEST_P(Collectives, TunedChoicesAreCorrectAndTheSameOnEveryRank) {
     c.on_tuned = [&, r](const std::string& text) {
       std::lock_guard lock(mu);
       heard[r].push_back(text.substr(0, text.find(':')));  // the class, not the times
+      heard_text[r].push_back(text);
     };
     return c;
   };
-  constexpr int kCalls = Tuner::kCalls + 2;
+  constexpr int kCalls = Tuner::calls(Tuner::kMaxCandidates) + 2;
   run_ranks(w, cfg_of, "tuned/", [](int r, Communicator& c) {
     for (int call = 0; call < kCalls; ++call) {
-      for (std::size_t count : {3000u, 20000u}) allreduce_case(c, r, DataType::f32, ReduceOp::sum, count, call % 2);
-      std::vector<float> want(5001), buf(5001);
-      for (std::size_t i = 0; i < want.size(); ++i) want[i] = static_cast<float>(i * 3 + call);
-      int root = call % c.size();
-      if (r == root) buf = want;
-      c.broadcast(buf.data(), buf.size(), DataType::f32, root);
-      if (buf != want) throw std::runtime_error("tuned broadcast call " + std::to_string(call) + " rank " + std::to_string(r));
+      for (std::size_t count : {100u, 3000u, 20000u})
+        allreduce_case(c, r, DataType::f32, ReduceOp::sum, count, call % 2);
+      for (std::size_t count : {301u, 5001u}) {
+        std::vector<float> want(count), buf(count);
+        for (std::size_t i = 0; i < want.size(); ++i) want[i] = static_cast<float>(i * 3 + call);
+        int root = call % c.size();
+        if (r == root) buf = want;
+        c.broadcast(buf.data(), buf.size(), DataType::f32, root);
+        if (buf != want)
+          throw std::runtime_error("tuned broadcast of " + std::to_string(count) + " call " + std::to_string(call) +
+                                   " rank " + std::to_string(r));
+      }
     }
   });
-  const std::size_t classes = w.size == 1 ? 0 : w.size == 2 ? 2 : 3;  // a broadcast among 2 is binomial, untuned
+  // Among 3 the binomial tree is direct: the small broadcast class has nothing to try.
+  const std::size_t classes = w.size == 1 ? 0 : w.size == 2 ? 2 : w.size == 3 ? 4 : 5;
   for (int r = 0; r < w.size; ++r) {
     EXPECT_EQ(heard[r].size(), classes) << "rank " << r;
     EXPECT_EQ(heard[r], heard[0]) << "rank " << r;
+  }
+  // Each class names its candidates: rd and direct below rd_max, all three above.
+  if (w.size > 2) {
+    auto said = [&](const std::string& start, const std::string& names) {
+      for (const std::string& h : heard_text[0])
+        if (h.rfind(start, 0) == 0) return h.find(names) != std::string::npos;
+      return false;
+    };
+    EXPECT_TRUE(said("allreduce of 257-512 ", ": rd ")) << heard_text[0].front();
+    EXPECT_TRUE(said("allreduce of 257-512 ", " us, direct ")) << heard_text[0].front();
+    EXPECT_TRUE(said("allreduce of 8193-16384 ", ": rhd ")) << heard_text[0].front();
+    EXPECT_TRUE(said("allreduce of 8193-16384 ", " us, rd ")) << heard_text[0].front();
+    EXPECT_TRUE(said("allreduce of 8193-16384 ", " us, direct ")) << heard_text[0].front();
+    EXPECT_TRUE(said("broadcast of 16385-32768 ", ": scatter-allgather ")) << heard_text[0].front();
+    EXPECT_TRUE(said("broadcast of 16385-32768 ", " us, binomial ")) << heard_text[0].front();
+    EXPECT_EQ(said("broadcast of 16385-32768 ", " us, direct "), w.size > 3) << heard_text[0].front();
+    EXPECT_EQ(said("broadcast of 1025-2048 ", ": binomial "), w.size > 3) << heard_text[0].front();
+    EXPECT_EQ(said("broadcast of 1025-2048 ", " us, direct "), w.size > 3) << heard_text[0].front();
   }
 }
 
@@ -162,7 +192,9 @@ TEST_P(Collectives, AutomaticAlgorithmMidSizes) {
 
 TEST_P(Collectives, Broadcast) {
   World w(GetParam());
-  for (const Path& p : paths())
+  std::vector<Path> all = paths();
+  all.push_back({"direct/", config(Algorithm::direct)});
+  for (const Path& p : all)
     run_ranks(w, p.cfg, "bc/" + p.name, [](int r, Communicator& c) {
     // 5001 floats: the scatter-allgather across hosts (blocks that do not divide it).
     for (std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{1023}, std::size_t{5001}, kLarge})

@@ -4,64 +4,86 @@
 
 #include <gtest/gtest.h>
 
+#include <vector>
+
 namespace elasticrun::collective {
 namespace {
 
 using Kind = Tuner::Kind;
 
-constexpr int kLastTrial = Tuner::kCalls - 1;
 constexpr int kRun = Tuner::kRun;  // untimed calls, then the timed ones
 
-// Runs a class's calls with the given times per candidate: kWarm calls of the fixed
-// choice, a run of it, then one of the alternative, the warm calls and each run's first
-// call far slower (they are not counted), and of the timed ones one far faster (a full
-// token bucket) and one far slower: only each run's median counts. Returns the call after
-// which the tuner asked for the agreement (-1: never).
-int trials(Tuner& t, Kind k, std::size_t bytes, double first, double second) {
-  for (int call = 0; call <= kLastTrial + 2; ++call) {
+// Runs a class's calls with the given times per candidate (as many candidates as times):
+// kWarm calls of the fixed choice, a run of it, then one of each alternative, the warm
+// calls and each run's first calls far slower (they are not counted), and of the timed
+// ones one far faster (a full token bucket) and one far slower: only each run's median
+// counts. Returns the call after which the tuner asked for the agreement (-1: never).
+int trials(Tuner& t, Kind k, std::size_t bytes, std::vector<double> times) {
+  const int n = static_cast<int>(times.size());
+  for (int call = 0; call <= Tuner::calls(n) + 2; ++call) {
     const int c = t.pick(k, bytes);
     const int i = call - Tuner::kWarm;
-    EXPECT_EQ(c, i >= kRun && i < 2 * kRun ? 1 : 0) << "call " << call;
+    EXPECT_EQ(c, i < 0 ? 0 : i / kRun) << "call " << call;
+    EXPECT_EQ(t.timed(k, bytes), i >= 0 && i < n * kRun && i % kRun >= Tuner::kSettle) << "call " << call;
     const int at = i < 0 ? 0 : i % kRun - Tuner::kSettle;  // < 0: untimed
-    double secs = at < 0 ? 1.0 : (c == 0 ? first : second) * (at == 0 ? 0.1 : at == 1 ? 1.0 : 9.0);
-    if (t.record(k, bytes, c, secs)) return call;
+    double secs = at < 0 ? 1.0 : times[c] * (at == 0 ? 0.1 : at == 1 ? 1.0 : 9.0);
+    if (t.record(k, bytes, n, c, secs)) return call;
   }
   return -1;
 }
 
 TEST(Tuner, EachCandidateRunsItsTrialsThenTheRanksAgree) {
   Tuner t;
-  EXPECT_EQ(trials(t, Kind::allreduce, 10000, 2e-3, 1e-3), kLastTrial);
-  std::array<double, 2> mine = t.samples(Kind::allreduce, 10000);
+  EXPECT_EQ(trials(t, Kind::allreduce, 10000, {2e-3, 1e-3}), Tuner::calls(2) - 1);
+  Tuner::Times mine = t.samples(Kind::allreduce, 10000);
   EXPECT_DOUBLE_EQ(mine[0], 2e-3);
   EXPECT_DOUBLE_EQ(mine[1], 1e-3);
   // The sums over (say) three ranks decide; from then on every call of the class runs it,
   // and nothing more is recorded.
-  EXPECT_EQ(t.decide(Kind::allreduce, 10000, {6e-3, 3e-3}), 1);
+  EXPECT_EQ(t.decide(Kind::allreduce, 10000, 2, {6e-3, 3e-3}), 1);
   for (std::size_t bytes : {8193u, 10000u, 16384u}) EXPECT_EQ(t.pick(Kind::allreduce, bytes), 1) << bytes;
-  EXPECT_FALSE(t.record(Kind::allreduce, 10000, 1, 1e-6));
+  EXPECT_FALSE(t.record(Kind::allreduce, 10000, 2, 1, 1e-6));
+  EXPECT_FALSE(t.timed(Kind::allreduce, 10000));
   EXPECT_EQ(t.pick(Kind::allreduce, 10000), 1);
+}
+
+TEST(Tuner, ThreeCandidatesRunInTurnAndTheFastestAlternativeWins) {
+  Tuner t;
+  EXPECT_EQ(trials(t, Kind::allreduce, 10000, {3e-3, 2e-3, 1e-3}), Tuner::calls(3) - 1);
+  Tuner::Times mine = t.samples(Kind::allreduce, 10000);
+  EXPECT_DOUBLE_EQ(mine[0], 3e-3);
+  EXPECT_DOUBLE_EQ(mine[1], 2e-3);
+  EXPECT_DOUBLE_EQ(mine[2], 1e-3);
+  EXPECT_EQ(t.decide(Kind::allreduce, 10000, 3, mine), 2);
+  EXPECT_EQ(t.pick(Kind::allreduce, 10000), 2);
+  Tuner u;
+  trials(u, Kind::broadcast, 100, {3e-3, 1e-3, 2e-3});
+  EXPECT_EQ(u.decide(Kind::broadcast, 100, 3, u.samples(Kind::broadcast, 100)), 1);
+  // The margin is against the fixed choice: 3 % and 2 % faster keep it.
+  Tuner v;
+  trials(v, Kind::broadcast, 100, {1e-3, 0.97e-3, 0.98e-3});
+  EXPECT_EQ(v.decide(Kind::broadcast, 100, 3, v.samples(Kind::broadcast, 100)), 0);
 }
 
 TEST(Tuner, TheAlternativeMustWinByTheMargin) {
   Tuner t;
-  trials(t, Kind::allreduce, 10000, 1e-3, 0.97e-3);
-  EXPECT_EQ(t.decide(Kind::allreduce, 10000, {1e-3, 0.97e-3}), 0);  // 3 % faster: not enough
+  trials(t, Kind::allreduce, 10000, {1e-3, 0.97e-3});
+  EXPECT_EQ(t.decide(Kind::allreduce, 10000, 2, {1e-3, 0.97e-3}), 0);  // 3 % faster: not enough
   EXPECT_EQ(t.pick(Kind::allreduce, 10000), 0);
   Tuner u;
-  trials(u, Kind::broadcast, 10000, 1e-3, 0.9e-3);
-  EXPECT_EQ(u.decide(Kind::broadcast, 10000, {1e-3, 0.9e-3}), 1);
+  trials(u, Kind::broadcast, 10000, {1e-3, 0.9e-3});
+  EXPECT_EQ(u.decide(Kind::broadcast, 10000, 2, {1e-3, 0.9e-3}), 1);
 }
 
 TEST(Tuner, ClassesAndKindsAreTunedApart) {
   Tuner t;
-  trials(t, Kind::allreduce, 10000, 2e-3, 1e-3);
-  t.decide(Kind::allreduce, 10000, {2e-3, 1e-3});
+  trials(t, Kind::allreduce, 10000, {2e-3, 1e-3});
+  t.decide(Kind::allreduce, 10000, 2, {2e-3, 1e-3});
   // 16385 bytes is the next class, and broadcast of the same size its own: both untried.
   EXPECT_EQ(t.pick(Kind::allreduce, 16385), 0);
   EXPECT_EQ(t.pick(Kind::broadcast, 10000), 0);
-  EXPECT_EQ(trials(t, Kind::allreduce, 16385, 1e-3, 2e-3), kLastTrial);
-  EXPECT_EQ(t.decide(Kind::allreduce, 16385, {1e-3, 2e-3}), 0);
+  EXPECT_EQ(trials(t, Kind::allreduce, 16385, {1e-3, 2e-3, 3e-3}), Tuner::calls(3) - 1);
+  EXPECT_EQ(t.decide(Kind::allreduce, 16385, 3, {1e-3, 2e-3, 3e-3}), 0);
   EXPECT_EQ(t.pick(Kind::allreduce, 10000), 1);
 }
 

@@ -158,26 +158,29 @@ def tuned_lines(stderr):
 
 def test_the_tuner_measures_the_delayed_network_and_every_rank_agrees(job, undelayed):
     """2 ms each way on every link (an exchange between hosts takes 4 ms one way): where
-    the fixed crossovers pick recursive halving-doubling (an allreduce of 8-16 KiB) and
-    scatter-allgather (a broadcast of as much), the tuner measures both candidates on the
-    first calls and keeps recursive doubling and the binomial tree, which need fewer
-    rounds; every rank logs the same decisions. ELASTICRUN_TUNE=0 keeps the fixed choice
-    (nothing tuned)."""
+    the fixed crossovers pick recursive halving-doubling (an allreduce of 8-16 KiB), the
+    tuner measures it, recursive doubling (3 exchanges among 3 hosts) and direct (one) on
+    the first calls and keeps direct; where they pick scatter-allgather (a broadcast of as
+    much), it measures it against the binomial tree (among 3 hosts also the direct
+    broadcast: the root sends to both) and keeps the tree. Every rank logs the same
+    decisions. ELASTICRUN_TUNE=0 keeps the fixed choice (nothing tuned)."""
     for k in range(1, N + 1):
         shape(k, "--delay", "2ms")
     _, env = undelayed
     hosts = ",".join(f"{addr(k)}:1" for k in range(1, N + 1))
     bench = BUILD / "bench" / "allreduce_bench"
-    for collective, want in (("allreduce", "rd"), ("broadcast", "binomial")):
+    for collective, candidates in (("allreduce", ("rhd", "rd", "direct")), ("broadcast", ("scatter-allgather", "binomial"))):
+        # 4 warm-up calls and 20 timed: the class's 19 trial calls and then some
         r = job.run(["-x", "UCX_TLS=tcp,self", "-x", "ELASTICRUN_LOG_LEVEL=info", "-np", N, "-H", hosts, bench,
-                     "--collective", collective, "--min-bytes", "16K", "--max-bytes", "16K", "--iters", 15,
+                     "--collective", collective, "--min-bytes", "16K", "--max-bytes", "16K", "--iters", 20,
                      "--warmup", 4], env=env, timeout=120)
         assert r.returncode == 0, r.stderr[-3000:]
         lines = tuned_lines(r.stdout + r.stderr)
         assert sorted(lines) == list(range(N)), r.stderr[-3000:]
         assert all(v == lines[0] for v in lines.values()), lines
         assert len(lines[0]) == 1 and lines[0][0].startswith(f"{collective} of 8193-16384 bytes over {N} ranks"), lines
-        assert lines[0][0].endswith(f": {want}"), lines
+        names = re.findall(r"(?:: |, )([a-z-]+) \d+ us", lines[0][0])
+        assert tuple(names) == candidates and lines[0][0].endswith(f": {candidates[-1]}"), lines
         r = job.run(["-x", "UCX_TLS=tcp,self", "-x", "ELASTICRUN_LOG_LEVEL=info", "-x", "ELASTICRUN_TUNE=0", "-np", N,
                      "-H", hosts, bench, "--collective", collective, "--min-bytes", "16K", "--max-bytes", "16K",
                      "--iters", 15, "--warmup", 4], env=env, timeout=120)

@@ -57,7 +57,9 @@ Algorithm parse_algorithm(const std::string& s, const char* what) {
   if (s == "rhd") return Algorithm::rhd;
   if (s == "shm") return Algorithm::shm;
   if (s == "hier") return Algorithm::hier;
-  throw Error(std::string(what) + ": unknown algorithm '" + s + "' (expected auto, shm, hier, ring, rd or rhd)");
+  if (s == "direct") return Algorithm::direct;
+  throw Error(std::string(what) + ": unknown algorithm '" + s +
+              "' (expected auto, shm, hier, ring, rd, rhd or direct)");
 }
 
 Progress parse_progress(const std::string& s, const char* what) {

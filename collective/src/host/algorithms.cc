@@ -1,6 +1,7 @@
-// Latency-oriented and exchange algorithms: recursive-doubling allreduce, the two
-// broadcasts, pairwise alltoall and the dissemination barrier. The ring family is
-// in ring.cc, the halving and Bruck ones in halving.cc.
+// Latency-oriented and exchange algorithms: the recursive-doubling and direct
+// allreduces, the direct, binomial and chain broadcasts, pairwise alltoall and the
+// dissemination barrier. The ring family is in ring.cc, the halving and Bruck ones in
+// halving.cc.
 #include "host/algorithms.h"
 #include "host/reduce.h"
 #include "host/schedule.h"
@@ -60,6 +61,55 @@ void allreduce_rd(Step& st, const void* in, void* out, std::size_t count, DataTy
     Request send = st.tp.isend(plan.fold_peer, st.tag(last_tag), out, bytes);
     st.tp.wait(send, st.deadline, st.what);
   }
+}
+
+// Direct: every rank sends its whole vector to every other and folds the n vectors
+// itself, in rank order (x0 op x1 op ... op x(n-1)), so that every rank computes the
+// same bits. One exchange, where recursive doubling needs log2(n): on links where a
+// message takes longer to cross than a rank takes to send n-1 of them, that is the
+// fastest allreduce there is; it costs n-1 messages and (n-1) x bytes of traffic and of
+// scratch per rank, so the communicator offers it for small vectors and worlds only.
+// The sends go in pairwise order (to r+1, r+2, ...) so that no rank is everyone's first.
+void allreduce_direct(Step& st, const void* in, void* out, std::size_t count, DataType t, ReduceOp op) {
+  const int r = st.tp.rank(), n = st.tp.size();
+  const std::size_t bytes = count * size_of(t);
+  const std::size_t slot = std::max<std::size_t>(bytes, 1);
+  // Slot q holds rank q's vector (this rank's own slot holds its input when it must be
+  // copied: in place, the sends read it while the fold writes out).
+  std::byte* slots = st.ws.tmp(slot * static_cast<std::size_t>(n));
+  const void* mine = in;
+  if (in == out) mine = std::memcpy(slots + slot * r, in, bytes);
+  std::vector<Request> recvs(n), sends;
+  for (int s = 1; s < n; ++s) {
+    const int from = schedule::pairwise(r, n, s).from;
+    recvs[from] = st.tp.irecv(from, st.tag(0), slots + slot * from, bytes);
+  }
+  for (int s = 1; s < n; ++s) sends.push_back(st.tp.isend(schedule::pairwise(r, n, s).to, st.tag(0), mine, bytes));
+  auto vector_of = [&](int q) -> const void* {
+    if (q == r) return mine;
+    st.tp.wait(recvs[q], st.deadline, st.what);
+    return slots + slot * q;
+  };
+  const ReduceOp acc = accumulate_op(op);
+  const void* x0 = vector_of(0);
+  reduce(t, acc, out, x0, vector_of(1), count);
+  for (int q = 2; q < n; ++q) reduce(t, acc, out, out, vector_of(q), count);
+  if (op == ReduceOp::avg) finalize_avg(t, out, count, n);
+  st.wait(sends);
+}
+
+// Direct broadcast: the root sends the message to every other rank itself. One hop,
+// where the binomial tree needs log2(n); the root's link carries n-1 copies.
+void broadcast_direct(Step& st, void* buf, std::size_t bytes, int root) {
+  const int r = st.tp.rank(), n = st.tp.size();
+  if (r != root) {
+    Request recv = st.tp.irecv(root, st.tag(0), buf, bytes);
+    st.tp.wait(recv, st.deadline, st.what);
+    return;
+  }
+  std::vector<Request> sends;
+  for (int s = 1; s < n; ++s) sends.push_back(st.tp.isend(schedule::mod(root + s, n), st.tag(0), buf, bytes));
+  st.wait(sends);
 }
 
 // Binomial tree: the data reaches 2^k ranks after k rounds, so a small message

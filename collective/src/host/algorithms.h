@@ -52,6 +52,8 @@ struct Step {
 
 void allreduce_ring(Step& st, const void* in, void* out, std::size_t count, DataType t, ReduceOp op);
 void allreduce_rd(Step& st, const void* in, void* out, std::size_t count, DataType t, ReduceOp op);
+// One exchange: every rank sends its vector to every other and folds all n in rank order.
+void allreduce_direct(Step& st, const void* in, void* out, std::size_t count, DataType t, ReduceOp op);
 void allreduce_rhd(Step& st, const void* in, void* out, std::size_t count, DataType t, ReduceOp op);
 // `count` elements per rank: rank r gets block r of the n x count input, reduced.
 void reduce_scatter_ring(Step& st, const void* in, void* out, std::size_t count, DataType t, ReduceOp op);
@@ -72,6 +74,8 @@ void combine(DataType t, ReduceOp op, void* mine, const void* theirs, std::size_
 void sit_out(Step& st, int partner, const void* send, std::size_t send_bytes, void* recv, std::size_t recv_bytes,
              std::uint64_t back_tag);
 
+// One hop: the root sends to every other rank.
+void broadcast_direct(Step& st, void* buf, std::size_t bytes, int root);
 void broadcast_binomial(Step& st, void* buf, std::size_t bytes, int root);
 void broadcast_chain(Step& st, void* buf, std::size_t bytes, int root);
 void broadcast_scatter_allgather(Step& st, void* buf, std::size_t bytes, int root);

@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -140,15 +141,21 @@ class HostCommunicator final : public elasticrun::Communicator {
       if (cfg_.size == 1 || bytes == 0) return;
       const Algorithm a = algorithm();
       ShmGroup* g = bytes >= cfg_.shm_broadcast_min_bytes || a == Algorithm::shm ? shm(st, a) : nullptr;
-      if (g) broadcast_shm(*g, buf, bytes, root, shm_wait(st));
-      else if (bytes >= cfg_.chain_min_bytes && cfg_.size > 2) broadcast_chain(st, buf, bytes, root);
-      else if (bytes < crossover_.scatter_min || cfg_.size <= 2) broadcast_binomial(st, buf, bytes, root);
-      else if (!tune_ || a != Algorithm::automatic) broadcast_scatter_allgather(st, buf, bytes, root);
-      else
-        run_tuned(st, tuner_, Tuner::Kind::broadcast, bytes, cfg_.on_tuned, [&](int c) {
-          if (c == 0) broadcast_scatter_allgather(st, buf, bytes, root);
-          else broadcast_binomial(st, buf, bytes, root);
-        });
+      if (g) return broadcast_shm(*g, buf, bytes, root, shm_wait(st));
+      if (a == Algorithm::direct) return broadcast_direct(st, buf, bytes, root);
+      if (bytes >= cfg_.chain_min_bytes && cfg_.size > 2) return broadcast_chain(st, buf, bytes, root);
+      // The fixed choice, then (tuned, where the ranks span hosts) the alternatives.
+      const bool tree = bytes < crossover_.scatter_min || cfg_.size <= 2;
+      Tuner::Candidates c{{tree ? "binomial" : "scatter-allgather", tree ? "direct" : "binomial", "direct"}, 1};
+      // Among 3 the binomial tree is direct: the root sends to both.
+      const bool direct = cfg_.size > 3 && direct_ok(st, bytes);
+      if (tune_ && a == Algorithm::automatic && cfg_.size > 2) c.count = (tree ? 1 : 2) + direct;
+      run_tuned(st, tuner_, Tuner::Kind::broadcast, bytes, c, cfg_.on_tuned, [&](int i) {
+        const std::string_view name = c.names[i];
+        if (name == "binomial") broadcast_binomial(st, buf, bytes, root);
+        else if (name == "direct") broadcast_direct(st, buf, bytes, root);
+        else broadcast_scatter_allgather(st, buf, bytes, root);
+      });
     });
   }
 
@@ -213,27 +220,39 @@ class HostCommunicator final : public elasticrun::Communicator {
     return cfg_.algorithm ? *cfg_.algorithm : settings::algorithm();
   }
 
-  // An allreduce among st.tp's ranks over UCX: ring, rd or rhd as forced, else by size
-  // (HostCommConfig::Crossover), the same on every rank; where rhd is the fixed choice,
-  // `tuner` (if any) measures it against rd.
+  // An allreduce among st.tp's ranks over UCX: ring, rd, rhd or direct as forced, else by
+  // size (HostCommConfig::Crossover), the same on every rank; where rd or rhd is the fixed
+  // choice, `tuner` (if any) measures it against rd (for rhd) and direct (where direct_ok).
   void allreduce_flat(Step& st, Algorithm a, const void* in, void* out, std::size_t count, DataType t, ReduceOp op,
                       Tuner* tuner) {
     const std::size_t bytes = count * size_of(t);
-    if (a != Algorithm::ring && a != Algorithm::rd && a != Algorithm::rhd) {
-      a = bytes <= crossover_.rd_max || count < static_cast<std::size_t>(st.tp.size()) ? Algorithm::rd
-          : bytes <= crossover_.rhd_max                                               ? Algorithm::rhd
-                                                                                     : Algorithm::ring;
-      if (a == Algorithm::rhd && tuner) {
-        run_tuned(st, *tuner, Tuner::Kind::allreduce, bytes, cfg_.on_tuned, [&](int c) {
-          if (c == 0) allreduce_rhd(st, in, out, count, t, op);
-          else allreduce_rd(st, in, out, count, t, op);
-        });
-        return;
-      }
-    }
-    if (a == Algorithm::rd) allreduce_rd(st, in, out, count, t, op);
-    else if (a == Algorithm::rhd) allreduce_rhd(st, in, out, count, t, op);
-    else allreduce_ring(st, in, out, count, t, op);
+    auto run_one = [&](Algorithm x) {
+      if (x == Algorithm::rd) allreduce_rd(st, in, out, count, t, op);
+      else if (x == Algorithm::rhd) allreduce_rhd(st, in, out, count, t, op);
+      else if (x == Algorithm::direct) allreduce_direct(st, in, out, count, t, op);
+      else allreduce_ring(st, in, out, count, t, op);
+    };
+    if (a != Algorithm::automatic) return run_one(a);
+    a = bytes <= crossover_.rd_max || count < static_cast<std::size_t>(st.tp.size()) ? Algorithm::rd
+        : bytes <= crossover_.rhd_max                                               ? Algorithm::rhd
+                                                                                   : Algorithm::ring;
+    if (!tuner || a == Algorithm::ring) return run_one(a);
+    const bool rhd = a == Algorithm::rhd;
+    const Tuner::Candidates c{{rhd ? "rhd" : "rd", rhd ? "rd" : "direct", "direct"}, (rhd ? 2 : 1) + direct_ok(st, bytes)};
+    run_tuned(st, *tuner, Tuner::Kind::allreduce, bytes, c, cfg_.on_tuned, [&](int i) {
+      const std::string_view name = c.names[i];
+      run_one(name == "rhd" ? Algorithm::rhd : name == "rd" ? Algorithm::rd : Algorithm::direct);
+    });
+  }
+
+  // Whether the direct algorithms are among a tuned class's candidates: a world of 3 to
+  // direct_max_ranks, where a rank's n-1 copies of the class's largest call fit in
+  // direct_max_bytes (by the class, not the call, so that the class's candidates are the
+  // same for every call of it).
+  bool direct_ok(const Step& st, std::size_t bytes) const {
+    const auto n = static_cast<std::size_t>(st.tp.size());
+    return n >= 3 && n <= static_cast<std::size_t>(cfg_.direct_max_ranks) &&
+           (n - 1) * Tuner::size_class(bytes).second <= cfg_.direct_max_bytes;
   }
 
   // The two levels of a hierarchical allreduce, as this rank sees them.

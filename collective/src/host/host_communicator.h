@@ -81,13 +81,23 @@ struct HostCommConfig {
   std::optional<Crossover> crossover;
   Crossover local_crossover{32 * 1024, 32 * 1024, 0};
   Crossover net_crossover{4 * 1024, 128 * 1024, 64 * 1024, 8 * 1024};
-  // Where the fixed crossovers only guess, measure (host/tuner.h): an automatic allreduce
-  // between rd_max and rhd_max tries rd against rhd, a broadcast from scatter_min up to
-  // chain_min_bytes the binomial tree against scatter-allgather, each size class on its
-  // first calls. Unset: ELASTICRUN_TUNE (default on) where the ranks span hosts, off on
-  // one host. `on_tuned`, if set, hears each decision (as the log does, at info).
+  // Where the fixed crossovers only guess, measure (host/tuner.h), each size class on its
+  // first calls: an automatic allreduce up to rd_max tries rd against direct, between
+  // rd_max and rhd_max rhd against rd and direct; a broadcast below scatter_min the
+  // binomial tree against direct, from scatter_min up to chain_min_bytes scatter-allgather
+  // against the binomial tree and direct (direct only within direct_max_*, below, and
+  // for a broadcast among 4 or more: among 3 the binomial tree is direct).
+  // Unset: ELASTICRUN_TUNE (default on) where the ranks span hosts, off on one host.
+  // `on_tuned`, if set, hears each decision (as the log does, at info).
   std::optional<bool> tune;
   std::function<void(const std::string&)> on_tuned;
+  // The direct algorithms (one exchange: each rank sends its vector to every other; a
+  // broadcast's root sends to every rank) are tuned against the others in a world of 3 to
+  // direct_max_ranks where a rank's n-1 copies of the size class's largest call fit in
+  // direct_max_bytes. Where a message takes longer to cross than n-1 of them to send,
+  // they beat the trees' log2(n) exchanges; elsewhere the tuner keeps the fixed choice.
+  std::size_t direct_max_bytes = 512 * 1024;
+  int direct_max_ranks = 16;
   std::size_t chain_min_bytes = 256 * 1024;  // automatic broadcast: chain from this size
   std::size_t hier_max_bytes = 512 * 1024;   // automatic allreduce: hierarchical up to this size
   // Shared-memory allreduce (bench/RESULTS.md has the measurements behind these):

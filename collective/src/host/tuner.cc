@@ -22,22 +22,38 @@ int Tuner::pick(Kind k, std::size_t bytes) const {
   if (it == entries_.end()) return 0;
   const Entry& e = it->second;
   if (e.choice >= 0) return e.choice;
-  return e.calls >= kWarm + kRun && e.calls < kCalls ? 1 : 0;
+  // Past the warm calls, each candidate's run in turn (pick is not asked past the last:
+  // the agreement decides in the call that ends it).
+  return e.calls < kWarm ? 0 : std::min((e.calls - kWarm) / kRun, kMaxCandidates - 1);
 }
 
-bool Tuner::record(Kind k, std::size_t bytes, int candidate, double seconds) {
+bool Tuner::timed(Kind k, std::size_t bytes) const {
+  auto it = entries_.find(key(k, bytes));
+  if (it == entries_.end() || it->second.choice >= 0) return false;
+  const int i = it->second.calls - kWarm;
+  return i >= 0 && i % kRun >= kSettle;
+}
+
+void Tuner::line_up(Step& st) {
+  constexpr std::uint64_t kLineUpSteps = std::uint64_t{1} << 21;
+  Step sync = st;
+  sync.step_base = kLineUpSteps;
+  barrier_dissemination(sync);
+}
+
+bool Tuner::record(Kind k, std::size_t bytes, int candidates, int candidate, double seconds) {
   Entry& e = entries_[key(k, bytes)];
-  if (e.choice >= 0 || e.calls >= kCalls) return false;
+  if (e.choice >= 0 || e.calls >= calls(candidates)) return false;
   const int i = e.calls - kWarm, at = i % kRun;  // at < kSettle: a run's untimed first calls
   if (i >= 0 && at >= kSettle) e.times[candidate][at - kSettle] = seconds;
-  return ++e.calls == kCalls;
+  return ++e.calls == calls(candidates);
 }
 
-std::array<double, 2> Tuner::samples(Kind k, std::size_t bytes) const {
+Tuner::Times Tuner::samples(Kind k, std::size_t bytes) const {
   auto it = entries_.find(key(k, bytes));
-  if (it == entries_.end()) return {-1, -1};
-  std::array<double, 2> median{};
-  for (int c = 0; c < 2; ++c) {
+  if (it == entries_.end()) return {};
+  Times median{};
+  for (int c = 0; c < kMaxCandidates; ++c) {
     auto t = it->second.times[c];
     std::nth_element(t.begin(), t.begin() + kTrials / 2, t.end());
     median[c] = t[kTrials / 2];
@@ -45,28 +61,38 @@ std::array<double, 2> Tuner::samples(Kind k, std::size_t bytes) const {
   return median;
 }
 
-int Tuner::decide(Kind k, std::size_t bytes, std::array<double, 2> summed) {
+int Tuner::decide(Kind k, std::size_t bytes, int candidates, const Times& summed) {
   Entry& e = entries_[key(k, bytes)];
-  e.choice = summed[1] < summed[0] * (1 - kMargin) ? 1 : 0;
+  int best = 1;
+  for (int c = 2; c < candidates; ++c)
+    if (summed[c] < summed[best]) best = c;
+  e.choice = summed[best] < summed[0] * (1 - kMargin) ? best : 0;
   return e.choice;
 }
 
-void Tuner::agree(Step& st, Kind k, std::size_t bytes, const std::function<void(const std::string&)>& on_tuned) {
+void Tuner::agree(Step& st, Kind k, std::size_t bytes, const Candidates& c,
+                  const std::function<void(const std::string&)>& on_tuned) {
   constexpr std::uint64_t kAgreementSteps = std::uint64_t{1} << 20;
-  std::array<double, 2> sum = samples(k, bytes);
+  // An allreduce ends at about the same time everywhere: the ranks' mean (their sum, to
+  // compare) is its time. A broadcast has ended when its last rank has the data: the
+  // slowest rank's time is the broadcast's (the mean would count the root, done at once).
+  const bool slowest = k == Kind::broadcast;
+  Times sum = samples(k, bytes);
   Step agreement = st;
   agreement.step_base = kAgreementSteps;
-  allreduce_rd(agreement, sum.data(), sum.data(), 2, DataType::f64, ReduceOp::sum);
-  const int choice = decide(k, bytes, sum);
-  const bool ar = k == Kind::allreduce;
-  const char* names[2] = {ar ? "rhd" : "scatter-allgather", ar ? "rd" : "binomial"};
+  allreduce_rd(agreement, sum.data(), sum.data(), static_cast<std::size_t>(c.count), DataType::f64,
+               slowest ? ReduceOp::max : ReduceOp::sum);
+  const int choice = decide(k, bytes, c.count, sum);
   const auto [lo, hi] = size_class(bytes);
   const int n = st.tp.size();
-  std::string text = std::string(ar ? "allreduce" : "broadcast") + " of " + std::to_string(lo + 1) + "-" +
-                     std::to_string(hi) + " bytes over " + std::to_string(n) + " ranks: " + names[0] + " " +
-                     std::to_string(std::lround(sum[0] / n * 1e6)) + " us, " + names[1] + " " +
-                     std::to_string(std::lround(sum[1] / n * 1e6)) + " us (median of " + std::to_string(kTrials) +
-                     ", mean over ranks): " + names[choice];
+  const double per = slowest ? 1e6 : 1e6 / n;
+  std::string text = std::string(k == Kind::allreduce ? "allreduce" : "broadcast") + " of " +
+                     std::to_string(lo + 1) + "-" + std::to_string(hi) + " bytes over " + std::to_string(n) +
+                     " ranks: ";
+  for (int i = 0; i < c.count; ++i)
+    text += std::string(i ? ", " : "") + c.names[i] + " " + std::to_string(std::lround(sum[i] * per)) + " us";
+  text += " (median of " + std::to_string(kTrials) + (slowest ? ", slowest rank): " : ", mean over ranks): ") +
+          c.names[choice];
   ER_LOG(collective, info, "tuned {}", text);
   if (on_tuned) on_tuned(text);
 }

@@ -1,4 +1,4 @@
-// The online choice between two algorithms where the fixed crossovers only guess.
+// The online choice among two or three algorithms where the fixed crossovers only guess.
 //
 // A fixed crossover (HostCommConfig::Crossover) is right for the network it was measured
 // on: on zero-latency links behind 200 Mbit/s, recursive halving-doubling beats recursive
@@ -8,14 +8,15 @@
 // each size class (a power-of-two range of bytes) on its first calls: kWarm calls of the
 // fixed choice, not counted (a program's first calls run slow: behind 200 Mbit/s links
 // whichever candidate went first measured 1.5-2.5x its steady time), then a run of kRun
-// calls of the fixed choice and one of the alternative. The first kSettle calls of each
+// calls of the fixed choice and one of each alternative. The first kSettle calls of each
 // run are not counted either: they pay for what the other left behind (a token bucket
 // the other drained or left full; alternating the two call by call favoured whichever
 // used more bytes). Each rank keeps the median of each candidate's timed calls (not the
 // fastest: that is the one that caught a full bucket, not the pace of a loop of calls),
-// the ranks sum those (an allreduce of two doubles, by recursive doubling, in the same
-// call), and from then on the class runs the candidate with the smaller sum (the
-// alternative only when it is kMargin faster). Every rank makes the same calls in the
+// the ranks sum those (an allreduce of one double per candidate, by recursive doubling,
+// in the same call; for a broadcast they take the slowest rank's, and each of its timed
+// calls starts from a barrier: line_up), and from then on the class runs the candidate
+// with the smallest (an alternative only when it is kMargin faster than the fixed choice). Every rank makes the same calls in the
 // same order, so every rank reaches the agreement in the same call and decides alike.
 // Behind a bursty rate limit the runs are still too short to see a loop's steady state
 // (bench/RESULTS.md: rd picked at 8 KiB on 200 Mbit/s token buckets, run at 0.68x).
@@ -41,25 +42,45 @@ namespace elasticrun::collective {
 class Tuner {
  public:
   enum class Kind { allreduce, broadcast };
+  static constexpr int kMaxCandidates = 3;
   static constexpr int kWarm = 4;          // untimed calls of the fixed choice first
   static constexpr int kSettle = 2;        // untimed calls at the start of each candidate's run
   static constexpr int kTrials = 3;        // timed calls per candidate (after kSettle untimed)
   static constexpr int kRun = kSettle + kTrials;
-  static constexpr int kCalls = kWarm + 2 * kRun;  // a class's calls until the agreement
-  static constexpr double kMargin = 0.05;  // the alternative must be this much faster
+  static constexpr double kMargin = 0.05;  // an alternative must be this much faster
+  // A class's calls until the agreement, with `candidates` candidates.
+  static constexpr int calls(int candidates) { return kWarm + candidates * kRun; }
 
-  // The candidate the next call of `bytes` runs: 0 the fixed choice, 1 the alternative.
+  // A class's candidates by name (for the log), in order: [0] the fixed crossover's
+  // choice, then the alternatives. The same on every rank for a class: it may depend on
+  // the world and the class (its upper bound), never on the exact size of a call.
+  struct Candidates {
+    std::array<const char*, kMaxCandidates> names{};
+    int count = 0;
+  };
+  using Times = std::array<double, kMaxCandidates>;
+
+  // The candidate the next call of `bytes` runs (an index into its Candidates).
   int pick(Kind k, std::size_t bytes) const;
+  // Whether the next call of `bytes` is one of the timed trials.
+  bool timed(Kind k, std::size_t bytes) const;
+  // Lines st's ranks up (a dissemination barrier on steps past any algorithm's) before a
+  // broadcast's timed trial, so that it times the broadcast from a common start: its
+  // latency, as a program that waits for the data sees it. Back to back, a broadcast's
+  // root runs ahead and every rank finds its data there already: the binomial tree and
+  // direct measured 1-5 us a call at every size behind 1 ms links, a coin toss.
+  static void line_up(Step& st);
   // Records the call's time (seconds) on this rank; true when the class has all its
   // samples and the ranks must now agree: sum samples() over them and pass it to decide().
-  bool record(Kind k, std::size_t bytes, int candidate, double seconds);
-  std::array<double, 2> samples(Kind k, std::size_t bytes) const;
-  // Fixes the class's choice from the summed samples; returns it.
-  int decide(Kind k, std::size_t bytes, std::array<double, 2> summed);
+  bool record(Kind k, std::size_t bytes, int candidates, int candidate, double seconds);
+  Times samples(Kind k, std::size_t bytes) const;  // each candidate's median; 0 past the last
+  // Fixes the class's choice from the summed samples of its `candidates`; returns it.
+  int decide(Kind k, std::size_t bytes, int candidates, const Times& summed);
   // The agreement, once record() said so: sums samples() over st's ranks (recursive
   // doubling in st's own collective, on steps past any algorithm's), decides, logs the
   // decision at info and tells `on_tuned` (if set).
-  void agree(Step& st, Kind k, std::size_t bytes, const std::function<void(const std::string&)>& on_tuned);
+  void agree(Step& st, Kind k, std::size_t bytes, const Candidates& c,
+             const std::function<void(const std::string&)>& on_tuned);
 
   // The size class of `bytes`: (lo, hi], the power-of-two range it falls in.
   static std::pair<std::size_t, std::size_t> size_class(std::size_t bytes);
@@ -67,25 +88,27 @@ class Tuner {
  private:
   struct Entry {
     int calls = 0;
-    std::array<std::array<double, kTrials>, 2> times{};  // each candidate's trials
-    int choice = -1;  // decided: 0 or 1
+    std::array<std::array<double, kTrials>, kMaxCandidates> times{};  // each candidate's trials
+    int choice = -1;  // decided: an index into the class's candidates
   };
   using Key = std::pair<Kind, int>;
   static Key key(Kind k, std::size_t bytes);
   std::map<Key, Entry> entries_;
 };
 
-// Runs the candidate the tuner picks for this call (run_candidate(0) the fixed choice,
-// (1) the alternative), times it, and agrees with the other ranks once the call's size
-// class has its samples.
+// Runs the candidate the tuner picks for this call (run_candidate(i) runs candidates'
+// names[i]; 0 is the fixed choice), times it, and agrees with the other ranks once the
+// call's size class has its samples. With one candidate it just runs it.
 template <class F>
-void run_tuned(Step& st, Tuner& tuner, Tuner::Kind k, std::size_t bytes,
+void run_tuned(Step& st, Tuner& tuner, Tuner::Kind k, std::size_t bytes, const Tuner::Candidates& candidates,
                const std::function<void(const std::string&)>& on_tuned, F&& run_candidate) {
+  if (candidates.count < 2) return run_candidate(0);
   const int c = tuner.pick(k, bytes);
+  if (k == Tuner::Kind::broadcast && tuner.timed(k, bytes)) Tuner::line_up(st);
   const auto t0 = Clock::now();
   run_candidate(c);
-  if (tuner.record(k, bytes, c, std::chrono::duration<double>(Clock::now() - t0).count()))
-    tuner.agree(st, k, bytes, on_tuned);
+  if (tuner.record(k, bytes, candidates.count, c, std::chrono::duration<double>(Clock::now() - t0).count()))
+    tuner.agree(st, k, bytes, candidates, on_tuned);
 }
 
 }  // namespace elasticrun::collective
