@@ -38,6 +38,9 @@ int launcher_rank() {
                  "  --step F         size multiplier between rows, 2 or 4 (default 2)\n"
                  "  --iters N        most timed calls per size (default 200)\n"
                  "  --warmup N       most untimed calls per size (default 20)\n"
+                 "  --batch N        calls per timed batch, each batch after a barrier (default\n"
+                 "                   iters/25, at least 1); 1 times every call from a common\n"
+                 "                   start: a broadcast's latency, not back-to-back calls' pace\n"
                  "  --budget N       timed bytes per size; large sizes run budget/bytes calls,\n"
                  "                   at least %d (default 1G)\n"
                  "  --dtype T        f32|f64|i32 (default f32)\n"
@@ -195,7 +198,7 @@ Row measure(Backend& b, const Options& o, std::size_t count, const void* in, voi
   row.bytes = count * size_of(o.dtype);
   row.iters = iters_for(o, row.bytes);
   int warmup = std::min(o.warmup, std::max(1, row.iters / 5));
-  int per_batch = std::max(1, row.iters / kMaxSamples);
+  int per_batch = o.batch > 0 ? std::min(o.batch, row.iters) : std::max(1, row.iters / kMaxSamples);
   int samples = std::max(1, row.iters / per_batch);
   row.iters = samples * per_batch;
 
@@ -317,6 +320,7 @@ Options parse_options(int argc, char** argv, const std::vector<std::string>& ext
       else if (flag == "--step") o.step = parse_size(value());
       else if (flag == "--iters") o.iters = std::stoi(value());
       else if (flag == "--warmup") o.warmup = std::stoi(value());
+      else if (flag == "--batch") o.batch = std::stoi(value());
       else if (flag == "--dtype") {
         std::string v = value();
         if (v == "f32") o.dtype = Dtype::f32;
@@ -347,9 +351,10 @@ Options parse_options(int argc, char** argv, const std::vector<std::string>& ext
       usage(prog, extra_help, 2);
     }
   }
-  if (o.step < 2 || o.min_bytes > o.max_bytes || o.iters < 1 || o.warmup < 0) {
+  if (o.step < 2 || o.min_bytes > o.max_bytes || o.iters < 1 || o.warmup < 0 || o.batch < 0) {
     if (launcher_rank() == 0)
-      std::fprintf(stderr, "%s: need --step >= 2, --min-bytes <= --max-bytes, --iters >= 1, --warmup >= 0\n", prog);
+      std::fprintf(stderr, "%s: need --step >= 2, --min-bytes <= --max-bytes, --iters >= 1, --warmup >= 0, --batch >= 0\n",
+                   prog);
     std::exit(2);
   }
   return o;

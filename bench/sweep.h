@@ -42,6 +42,7 @@ struct Options {
   std::size_t step = 2;            // size multiplier between rows
   int iters = 200;                 // most timed calls per size
   int warmup = 20;                 // most untimed calls per size
+  int batch = 0;                   // calls per timed batch; 0: iters / 25 (at least 1)
   std::size_t budget_bytes = std::size_t{1} << 30;  // timed calls per size <= budget / bytes
   Dtype dtype = Dtype::f32;
   Op op = Op::sum;

@@ -170,9 +170,9 @@ def test_the_tuner_measures_the_delayed_network_and_every_rank_agrees(job, undel
     hosts = ",".join(f"{addr(k)}:1" for k in range(1, N + 1))
     bench = BUILD / "bench" / "allreduce_bench"
     for collective, candidates in (("allreduce", ("rhd", "rd", "direct")), ("broadcast", ("scatter-allgather", "binomial"))):
-        # 4 warm-up calls and 20 timed: the class's 19 trial calls and then some
+        # 4 warm-up calls and 25 timed: the class's 25 trial calls and then some
         r = job.run(["-x", "UCX_TLS=tcp,self", "-x", "ELASTICRUN_LOG_LEVEL=info", "-np", N, "-H", hosts, bench,
-                     "--collective", collective, "--min-bytes", "16K", "--max-bytes", "16K", "--iters", 20,
+                     "--collective", collective, "--min-bytes", "16K", "--max-bytes", "16K", "--iters", 25,
                      "--warmup", 4], env=env, timeout=120)
         assert r.returncode == 0, r.stderr[-3000:]
         lines = tuned_lines(r.stdout + r.stderr)

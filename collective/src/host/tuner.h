@@ -45,7 +45,7 @@ class Tuner {
   static constexpr int kMaxCandidates = 3;
   static constexpr int kWarm = 4;          // untimed calls of the fixed choice first
   static constexpr int kSettle = 2;        // untimed calls at the start of each candidate's run
-  static constexpr int kTrials = 3;        // timed calls per candidate (after kSettle untimed)
+  static constexpr int kTrials = 5;        // timed calls per candidate (after kSettle untimed)
   static constexpr int kRun = kSettle + kTrials;
   static constexpr double kMargin = 0.05;  // an alternative must be this much faster
   // A class's calls until the agreement, with `candidates` candidates.
