@@ -73,7 +73,8 @@ void allreduce_rd(Step& st, const void* in, void* out, std::size_t count, DataTy
 void allreduce_direct(Step& st, const void* in, void* out, std::size_t count, DataType t, ReduceOp op) {
   const int r = st.tp.rank(), n = st.tp.size();
   const std::size_t bytes = count * size_of(t);
-  const std::size_t slot = std::max<std::size_t>(bytes, 1);
+  if (bytes == 0) return;  // every rank has nothing (the buffers may be null)
+  const std::size_t slot = bytes;
   // Slot q holds rank q's vector (this rank's own slot holds its input when it must be
   // copied: in place, the sends read it while the fold writes out).
   std::byte* slots = st.ws.tmp(slot * static_cast<std::size_t>(n));
