@@ -88,6 +88,17 @@ TEST(Tuner, ClassesAndKindsAreTunedApart) {
   EXPECT_EQ(t.pick(Kind::allreduce, 10000), 1);
 }
 
+TEST(Tuner, DirectJoinsAClassWithinItsLimits) {
+  constexpr std::size_t kMax = 512 * 1024;
+  EXPECT_TRUE(Tuner::direct_fits(8, 64 * 1024, 16, kMax));       // 7 x 64 KiB = 448 KiB
+  EXPECT_FALSE(Tuner::direct_fits(8, 64 * 1024 + 1, 16, kMax));  // the next class: 7 x 128 KiB
+  EXPECT_TRUE(Tuner::direct_fits(8, 40000, 16, kMax));           // by the class's largest call
+  EXPECT_TRUE(Tuner::direct_fits(3, 8, 16, kMax));
+  EXPECT_FALSE(Tuner::direct_fits(2, 8, 16, kMax));              // direct is rd among 2
+  EXPECT_TRUE(Tuner::direct_fits(16, 8, 16, kMax));
+  EXPECT_FALSE(Tuner::direct_fits(17, 8, 16, kMax));
+}
+
 TEST(Tuner, SizeClassesArePowerOfTwoRanges) {
   EXPECT_EQ(Tuner::size_class(8192), std::make_pair(std::size_t{4096}, std::size_t{8192}));
   EXPECT_EQ(Tuner::size_class(8193), std::make_pair(std::size_t{8192}, std::size_t{16384}));

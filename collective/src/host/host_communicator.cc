@@ -148,7 +148,7 @@ class HostCommunicator final : public elasticrun::Communicator {
       const bool tree = bytes < crossover_.scatter_min || cfg_.size <= 2;
       Tuner::Candidates c{{tree ? "binomial" : "scatter-allgather", tree ? "direct" : "binomial", "direct"}, 1};
       // Among 3 the binomial tree is direct: the root sends to both.
-      const bool direct = cfg_.size > 3 && direct_ok(st, bytes);
+      const bool direct = cfg_.size > 3 && direct_ok(st.tp.size(), bytes);
       if (tune_ && a == Algorithm::automatic && cfg_.size > 2) c.count = (tree ? 1 : 2) + direct;
       run_tuned(st, tuner_, Tuner::Kind::broadcast, bytes, c, cfg_.on_tuned, [&](int i) {
         const std::string_view name = c.names[i];
@@ -216,13 +216,14 @@ class HostCommunicator final : public elasticrun::Communicator {
     if (bytes > 0 && (!in || !out)) throw Error(std::string(what) + ": null buffer");
   }
 
-  Algorithm algorithm() const {
-    return cfg_.algorithm ? *cfg_.algorithm : settings::algorithm();
+  Algorithm algorithm() const { return cfg_.algorithm ? *cfg_.algorithm : settings::algorithm(); }
+  bool direct_ok(int n, std::size_t bytes) const {
+    return Tuner::direct_fits(n, bytes, cfg_.direct_max_ranks, cfg_.direct_max_bytes);
   }
 
   // An allreduce among st.tp's ranks over UCX: ring, rd, rhd or direct as forced, else by
   // size (HostCommConfig::Crossover), the same on every rank; where rd or rhd is the fixed
-  // choice, `tuner` (if any) measures it against rd (for rhd) and direct (where direct_ok).
+  // choice, `tuner` (if any) measures it against rd (for rhd) and direct (Tuner::direct_fits).
   void allreduce_flat(Step& st, Algorithm a, const void* in, void* out, std::size_t count, DataType t, ReduceOp op,
                       Tuner* tuner) {
     const std::size_t bytes = count * size_of(t);
@@ -238,21 +239,12 @@ class HostCommunicator final : public elasticrun::Communicator {
                                                                                    : Algorithm::ring;
     if (!tuner || a == Algorithm::ring) return run_one(a);
     const bool rhd = a == Algorithm::rhd;
-    const Tuner::Candidates c{{rhd ? "rhd" : "rd", rhd ? "rd" : "direct", "direct"}, (rhd ? 2 : 1) + direct_ok(st, bytes)};
+    const Tuner::Candidates c{{rhd ? "rhd" : "rd", rhd ? "rd" : "direct", "direct"},
+                              (rhd ? 2 : 1) + direct_ok(st.tp.size(), bytes)};
     run_tuned(st, *tuner, Tuner::Kind::allreduce, bytes, c, cfg_.on_tuned, [&](int i) {
       const std::string_view name = c.names[i];
       run_one(name == "rhd" ? Algorithm::rhd : name == "rd" ? Algorithm::rd : Algorithm::direct);
     });
-  }
-
-  // Whether the direct algorithms are among a tuned class's candidates: a world of 3 to
-  // direct_max_ranks, where a rank's n-1 copies of the class's largest call fit in
-  // direct_max_bytes (by the class, not the call, so that the class's candidates are the
-  // same for every call of it).
-  bool direct_ok(const Step& st, std::size_t bytes) const {
-    const auto n = static_cast<std::size_t>(st.tp.size());
-    return n >= 3 && n <= static_cast<std::size_t>(cfg_.direct_max_ranks) &&
-           (n - 1) * Tuner::size_class(bytes).second <= cfg_.direct_max_bytes;
   }
 
   // The two levels of a hierarchical allreduce, as this rank sees them.
@@ -443,7 +435,6 @@ class HostCommunicator final : public elasticrun::Communicator {
     out = std::move(g);
     return true;
   }
-
 
   // Runs one collective with a fresh deadline and tag sequence. A failure leaves
   // peers at unknown points, so the communicator refuses further use afterwards:

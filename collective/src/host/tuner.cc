@@ -17,6 +17,10 @@ std::pair<std::size_t, std::size_t> Tuner::size_class(std::size_t bytes) {
   return {b == 0 ? 0 : std::size_t{1} << (b - 1), std::size_t{1} << b};
 }
 
+bool Tuner::direct_fits(int n, std::size_t bytes, int max_ranks, std::size_t max_bytes) {
+  return n >= 3 && n <= max_ranks && static_cast<std::size_t>(n - 1) * size_class(bytes).second <= max_bytes;
+}
+
 int Tuner::pick(Kind k, std::size_t bytes) const {
   auto it = entries_.find(key(k, bytes));
   if (it == entries_.end()) return 0;

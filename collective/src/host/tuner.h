@@ -84,6 +84,11 @@ class Tuner {
 
   // The size class of `bytes`: (lo, hi], the power-of-two range it falls in.
   static std::pair<std::size_t, std::size_t> size_class(std::size_t bytes);
+  // Whether the direct algorithms are among the candidates of `bytes`'s class among n
+  // ranks: 3 to max_ranks of them, a rank's n-1 copies of the class's largest call within
+  // max_bytes (by the class, not the call, so that every call of a class has the same
+  // candidates). HostCommConfig::direct_max_*.
+  static bool direct_fits(int n, std::size_t bytes, int max_ranks, std::size_t max_bytes);
 
  private:
   struct Entry {
