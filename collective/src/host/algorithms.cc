@@ -74,22 +74,22 @@ void allreduce_direct(Step& st, const void* in, void* out, std::size_t count, Da
   const int r = st.tp.rank(), n = st.tp.size();
   const std::size_t bytes = count * size_of(t);
   if (bytes == 0) return;  // every rank has nothing (the buffers may be null)
-  const std::size_t slot = bytes;
-  // Slot q holds rank q's vector (this rank's own slot holds its input when it must be
-  // copied: in place, the sends read it while the fold writes out).
-  std::byte* slots = st.ws.tmp(slot * static_cast<std::size_t>(n));
+  // Slot q (of `bytes`) holds rank q's vector; this rank's own holds its input when it must
+  // be copied: in place, the sends read it while the fold writes out.
+  std::byte* slots = st.ws.tmp(bytes * static_cast<std::size_t>(n));
+  auto slot = [&](int q) { return slots + bytes * static_cast<std::size_t>(q); };
   const void* mine = in;
-  if (in == out) mine = std::memcpy(slots + slot * r, in, bytes);
+  if (in == out) mine = std::memcpy(slot(r), in, bytes);
   std::vector<Request> recvs(n), sends;
   for (int s = 1; s < n; ++s) {
     const int from = schedule::pairwise(r, n, s).from;
-    recvs[from] = st.tp.irecv(from, st.tag(0), slots + slot * from, bytes);
+    recvs[from] = st.tp.irecv(from, st.tag(0), slot(from), bytes);
   }
   for (int s = 1; s < n; ++s) sends.push_back(st.tp.isend(schedule::pairwise(r, n, s).to, st.tag(0), mine, bytes));
   auto vector_of = [&](int q) -> const void* {
     if (q == r) return mine;
     st.tp.wait(recvs[q], st.deadline, st.what);
-    return slots + slot * q;
+    return slot(q);
   };
   const ReduceOp acc = accumulate_op(op);
   const void* x0 = vector_of(0);
