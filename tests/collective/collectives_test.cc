@@ -116,11 +116,12 @@ TEST_P(Collectives, AllreduceLarge) {
 
 // The tuner (host/tuner.h) where the ranks span hosts: an allreduce class below rd_max
 // (rd, direct), two between rd_max and rhd_max (rhd, rd, direct), a broadcast class below
-// scatter_min (binomial, direct) and one of scatter-allgather (with binomial and direct)
-// each run their candidates, agree, and go on with one; every call is checked, whatever
+// scatter_min (binomial, direct), one of scatter-allgather (with binomial and direct) and
+// one above chain_min_bytes (chain, direct) each run their candidates, agree (twice where
+// an alternative wins the first round), and go on with one; every call is checked, whatever
 // runs it, and every rank hears the same decisions in the same order (what keeps their
 // tags in step). Among 2 ranks direct is rd and the binomial tree: only rd and rhd tune;
-// among 3 the binomial tree is the direct broadcast.
+// among 3 the binomial tree is the direct broadcast (and the chain has nothing to try).
 TEST_P(Collectives, TunedChoicesAreCorrectAndTheSameOnEveryRank) {
   World w(GetParam());
   std::vector<std::vector<std::string>> heard(w.size), heard_text(w.size);
@@ -132,6 +133,7 @@ TEST_P(Collectives, TunedChoicesAreCorrectAndTheSameOnEveryRank) {
     c.local_size = 1;
     c.local_rank = 0;
     c.segment = 4096;
+    c.chain_min_bytes = 32 * 1024;  // so that a chain class is tuned too, at a test's size
     c.on_tuned = [&, r](const std::string& text) {
       std::lock_guard lock(mu);
       heard[r].push_back(text.substr(0, text.find(':')));  // the class, not the times
@@ -139,12 +141,12 @@ TEST_P(Collectives, TunedChoicesAreCorrectAndTheSameOnEveryRank) {
     };
     return c;
   };
-  constexpr int kCalls = Tuner::calls(Tuner::kMaxCandidates) + 2;
+  constexpr int kCalls = Tuner::most_calls(Tuner::kMaxCandidates) + 2;
   run_ranks(w, cfg_of, "tuned/", [](int r, Communicator& c) {
     for (int call = 0; call < kCalls; ++call) {
       for (std::size_t count : {100u, 3000u, 20000u})
         allreduce_case(c, r, DataType::f32, ReduceOp::sum, count, call % 2);
-      for (std::size_t count : {301u, 5001u}) {
+      for (std::size_t count : {301u, 5001u, 10000u}) {
         std::vector<float> want(count), buf(count);
         for (std::size_t i = 0; i < want.size(); ++i) want[i] = static_cast<float>(i * 3 + call);
         int root = call % c.size();
@@ -157,7 +159,7 @@ TEST_P(Collectives, TunedChoicesAreCorrectAndTheSameOnEveryRank) {
     }
   });
   // Among 3 the binomial tree is direct: the small broadcast class has nothing to try.
-  const std::size_t classes = w.size == 1 ? 0 : w.size == 2 ? 2 : w.size == 3 ? 4 : 5;
+  const std::size_t classes = w.size == 1 ? 0 : w.size == 2 ? 2 : w.size == 3 ? 4 : 6;
   for (int r = 0; r < w.size; ++r) {
     EXPECT_EQ(heard[r].size(), classes) << "rank " << r;
     EXPECT_EQ(heard[r], heard[0]) << "rank " << r;
@@ -179,6 +181,8 @@ TEST_P(Collectives, TunedChoicesAreCorrectAndTheSameOnEveryRank) {
     EXPECT_EQ(said("broadcast of 16385-32768 ", " us, direct "), w.size > 3) << heard_text[0].front();
     EXPECT_EQ(said("broadcast of 1025-2048 ", ": binomial "), w.size > 3) << heard_text[0].front();
     EXPECT_EQ(said("broadcast of 1025-2048 ", " us, direct "), w.size > 3) << heard_text[0].front();
+    EXPECT_EQ(said("broadcast of 32769-65536 ", ": chain "), w.size > 3) << heard_text[0].front();
+    EXPECT_EQ(said("broadcast of 32769-65536 ", " us, direct "), w.size > 3) << heard_text[0].front();
   }
 }
 

@@ -163,24 +163,27 @@ def test_the_tuner_measures_the_delayed_network_and_every_rank_agrees(job, undel
     the first calls and keeps direct; where they pick scatter-allgather (a broadcast of as
     much), it measures it against the binomial tree (among 3 hosts also the direct
     broadcast: the root sends to both) and keeps the tree. Every rank logs the same
-    decisions. ELASTICRUN_TUNE=0 keeps the fixed choice (nothing tuned)."""
+    decisions. Each winner ran a second round against the fixed choice, and won it
+    too. ELASTICRUN_TUNE=0 keeps the fixed choice (nothing tuned)."""
     for k in range(1, N + 1):
         shape(k, "--delay", "2ms")
     _, env = undelayed
     hosts = ",".join(f"{addr(k)}:1" for k in range(1, N + 1))
     bench = BUILD / "bench" / "allreduce_bench"
     for collective, candidates in (("allreduce", ("rhd", "rd", "direct")), ("broadcast", ("scatter-allgather", "binomial"))):
-        # 4 warm-up calls and 25 timed: the class's 25 trial calls and then some
+        # 4 warm-up calls and 40 timed: the class's 25 trial calls, 14 confirming, and then some
         r = job.run(["-x", "UCX_TLS=tcp,self", "-x", "ELASTICRUN_LOG_LEVEL=info", "-np", N, "-H", hosts, bench,
-                     "--collective", collective, "--min-bytes", "16K", "--max-bytes", "16K", "--iters", 25,
+                     "--collective", collective, "--min-bytes", "16K", "--max-bytes", "16K", "--iters", 40,
                      "--warmup", 4], env=env, timeout=120)
         assert r.returncode == 0, r.stderr[-3000:]
         lines = tuned_lines(r.stdout + r.stderr)
         assert sorted(lines) == list(range(N)), r.stderr[-3000:]
         assert all(v == lines[0] for v in lines.values()), lines
         assert len(lines[0]) == 1 and lines[0][0].startswith(f"{collective} of 8193-16384 bytes over {N} ranks"), lines
-        names = re.findall(r"(?:: |, )([a-z-]+) \d+ us", lines[0][0])
+        first, _, again = lines[0][0].partition("; again ")
+        names = re.findall(r"(?:: |, )([a-z-]+) \d+ us", first)
         assert tuple(names) == candidates and lines[0][0].endswith(f": {candidates[-1]}"), lines
+        assert re.fullmatch(rf"{candidates[-1]} \d+ us, {candidates[0]} \d+ us: {candidates[-1]}", again), lines
         r = job.run(["-x", "UCX_TLS=tcp,self", "-x", "ELASTICRUN_LOG_LEVEL=info", "-x", "ELASTICRUN_TUNE=0", "-np", N,
                      "-H", hosts, bench, "--collective", collective, "--min-bytes", "16K", "--max-bytes", "16K",
                      "--iters", 15, "--warmup", 4], env=env, timeout=120)

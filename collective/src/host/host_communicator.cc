@@ -143,17 +143,18 @@ class HostCommunicator final : public elasticrun::Communicator {
       ShmGroup* g = bytes >= cfg_.shm_broadcast_min_bytes || a == Algorithm::shm ? shm(st, a) : nullptr;
       if (g) return broadcast_shm(*g, buf, bytes, root, shm_wait(st));
       if (a == Algorithm::direct) return broadcast_direct(st, buf, bytes, root);
-      if (bytes >= cfg_.chain_min_bytes && cfg_.size > 2) return broadcast_chain(st, buf, bytes, root);
       // The fixed choice, then (tuned, where the ranks span hosts) the alternatives.
-      const bool tree = bytes < crossover_.scatter_min || cfg_.size <= 2;
-      Tuner::Candidates c{{tree ? "binomial" : "scatter-allgather", tree ? "direct" : "binomial", "direct"}, 1};
-      // Among 3 the binomial tree is direct: the root sends to both.
-      const bool direct = cfg_.size > 3 && direct_ok(st.tp.size(), bytes);
-      if (tune_ && a == Algorithm::automatic && cfg_.size > 2) c.count = (tree ? 1 : 2) + direct;
+      const bool chain = bytes > cfg_.chain_min_bytes && cfg_.size > 2;
+      const bool one = chain || bytes < crossover_.scatter_min || cfg_.size <= 2;  // one alternative at most
+      const char* fixed = chain ? "chain" : one ? "binomial" : "scatter-allgather";
+      Tuner::Candidates c{{fixed, one ? "direct" : "binomial", "direct"}, 1};  // among 3 the tree is direct
+      const bool direct = cfg_.size > 3 && direct_ok(st.tp.size(), bytes, cfg_.direct_broadcast_max_bytes);
+      if (tune_ && a == Algorithm::automatic && cfg_.size > 2) c.count = (one ? 1 : 2) + direct;
       run_tuned(st, tuner_, Tuner::Kind::broadcast, bytes, c, cfg_.on_tuned, [&](int i) {
         const std::string_view name = c.names[i];
         if (name == "binomial") broadcast_binomial(st, buf, bytes, root);
         else if (name == "direct") broadcast_direct(st, buf, bytes, root);
+        else if (name == "chain") broadcast_chain(st, buf, bytes, root);
         else broadcast_scatter_allgather(st, buf, bytes, root);
       });
     });
@@ -165,8 +166,7 @@ class HostCommunicator final : public elasticrun::Communicator {
   }
 
   void allgatherv(const void* in, void* out, std::span<const std::size_t> counts, DataType t) override {
-    if (counts.size() != static_cast<std::size_t>(cfg_.size))
-      throw Error("allgatherv: counts must have size() entries");
+    if (counts.size() != static_cast<std::size_t>(cfg_.size)) throw Error("allgatherv: counts must have size() entries");
     std::size_t total = 0;
     for (std::size_t c : counts) total += c;
     std::size_t elem = size_of(t);
@@ -217,8 +217,8 @@ class HostCommunicator final : public elasticrun::Communicator {
   }
 
   Algorithm algorithm() const { return cfg_.algorithm ? *cfg_.algorithm : settings::algorithm(); }
-  bool direct_ok(int n, std::size_t bytes) const {
-    return Tuner::direct_fits(n, bytes, cfg_.direct_max_ranks, cfg_.direct_max_bytes);
+  bool direct_ok(int n, std::size_t bytes, std::size_t most) const {
+    return Tuner::direct_fits(n, bytes, cfg_.direct_max_ranks, most);
   }
 
   // An allreduce among st.tp's ranks over UCX: ring, rd, rhd or direct as forced, else by
@@ -240,7 +240,7 @@ class HostCommunicator final : public elasticrun::Communicator {
     if (!tuner || a == Algorithm::ring) return run_one(a);
     const bool rhd = a == Algorithm::rhd;
     const Tuner::Candidates c{{rhd ? "rhd" : "rd", rhd ? "rd" : "direct", "direct"},
-                              (rhd ? 2 : 1) + direct_ok(st.tp.size(), bytes)};
+                              (rhd ? 2 : 1) + direct_ok(st.tp.size(), bytes, cfg_.direct_max_bytes)};
     run_tuned(st, *tuner, Tuner::Kind::allreduce, bytes, c, cfg_.on_tuned, [&](int i) {
       const std::string_view name = c.names[i];
       run_one(name == "rhd" ? Algorithm::rhd : name == "rd" ? Algorithm::rd : Algorithm::direct);

@@ -73,7 +73,7 @@ struct HostCommConfig {
   // reduce-scatter up to few_rounds_max bytes of result (input), the ring above (on 8
   // such hosts the ring's 7 rounds took 0.6-0.8x Open MPI's time up to 16 KiB).
   // Broadcast: scatter-allgather from scatter_min up to chain_min_bytes (the binomial
-  // tree below, the chain above; the tree's root sends the message log2(n) times).
+  // tree below, the chain above it; the tree's root sends the message log2(n) times).
   struct Crossover {
     std::size_t rd_max = 0, rhd_max = 0, few_rounds_max = 0;
     std::size_t scatter_min = SIZE_MAX;
@@ -85,8 +85,9 @@ struct HostCommConfig {
   // first calls: an automatic allreduce up to rd_max tries rd against direct, between
   // rd_max and rhd_max rhd against rd and direct; a broadcast below scatter_min the
   // binomial tree against direct, from scatter_min up to chain_min_bytes scatter-allgather
-  // against the binomial tree and direct (direct only within direct_max_*, below, and
-  // for a broadcast among 4 or more: among 3 the binomial tree is direct).
+  // against the binomial tree and direct, above it the chain against direct (direct only
+  // within direct_max_* and direct_broadcast_max_bytes, below, and for a broadcast among 4
+  // or more: among 3 the binomial tree is direct).
   // Unset: ELASTICRUN_TUNE (default on) where the ranks span hosts, off on one host.
   // `on_tuned`, if set, hears each decision (as the log does, at info).
   std::optional<bool> tune;
@@ -96,9 +97,13 @@ struct HostCommConfig {
   // direct_max_ranks where a rank's n-1 copies of the size class's largest call fit in
   // direct_max_bytes. Where a message takes longer to cross than n-1 of them to send,
   // they beat the trees' log2(n) exchanges; elsewhere the tuner keeps the fixed choice.
+  // A broadcast's direct sends its n-1 copies from the root alone, not from every rank: it
+  // is tried up to direct_broadcast_max_bytes of them (8 ranks: up to 256 KiB, where behind
+  // 1 ms links the chain's 7 hops took 2x Open MPI's root sending to all).
   std::size_t direct_max_bytes = 512 * 1024;
+  std::size_t direct_broadcast_max_bytes = 2 * 1024 * 1024;
   int direct_max_ranks = 16;
-  std::size_t chain_min_bytes = 256 * 1024;  // automatic broadcast: chain from this size
+  std::size_t chain_min_bytes = 256 * 1024;  // automatic broadcast: the chain above this size
   std::size_t hier_max_bytes = 512 * 1024;   // automatic allreduce: hierarchical up to this size
   // Shared-memory allreduce (bench/RESULTS.md has the measurements behind these):
   std::size_t shm_slot_bytes = 1024 * 1024;       // vector bytes per round (fewer barriers)

@@ -26,6 +26,7 @@ int Tuner::pick(Kind k, std::size_t bytes) const {
   if (it == entries_.end()) return 0;
   const Entry& e = it->second;
   if (e.choice >= 0) return e.choice;
+  if (e.finalist >= 0) return confirming(e, e.calls);
   // Past the warm calls, each candidate's run in turn (pick is not asked past the last:
   // the agreement decides in the call that ends it).
   return e.calls < kWarm ? 0 : std::min((e.calls - kWarm) / kRun, kMaxCandidates - 1);
@@ -34,7 +35,7 @@ int Tuner::pick(Kind k, std::size_t bytes) const {
 bool Tuner::timed(Kind k, std::size_t bytes) const {
   auto it = entries_.find(key(k, bytes));
   if (it == entries_.end() || it->second.choice >= 0) return false;
-  const int i = it->second.calls - kWarm;
+  const int i = it->second.calls - (it->second.finalist >= 0 ? 0 : kWarm);
   return i >= 0 && i % kRun >= kSettle;
 }
 
@@ -47,10 +48,17 @@ void Tuner::line_up(Step& st) {
 
 bool Tuner::record(Kind k, std::size_t bytes, int candidates, int candidate, double seconds) {
   Entry& e = entries_[key(k, bytes)];
-  if (e.choice >= 0 || e.calls >= calls(candidates)) return false;
-  const int i = e.calls - kWarm, at = i % kRun;  // at < kSettle: a run's untimed first calls
+  const bool confirm = e.finalist >= 0;
+  const int round = confirm ? 2 * kRun : calls(candidates);
+  if (e.choice >= 0 || e.calls >= round) return false;
+  const int i = e.calls - (confirm ? 0 : kWarm), at = i % kRun;  // at < kSettle: a run's untimed first calls
   if (i >= 0 && at >= kSettle) e.times[candidate][at - kSettle] = seconds;
-  return ++e.calls == calls(candidates);
+  return ++e.calls == round;
+}
+
+bool Tuner::decided(Kind k, std::size_t bytes) const {
+  auto it = entries_.find(key(k, bytes));
+  return it != entries_.end() && it->second.choice >= 0;
 }
 
 Tuner::Times Tuner::samples(Kind k, std::size_t bytes) const {
@@ -67,10 +75,19 @@ Tuner::Times Tuner::samples(Kind k, std::size_t bytes) const {
 
 int Tuner::decide(Kind k, std::size_t bytes, int candidates, const Times& summed) {
   Entry& e = entries_[key(k, bytes)];
-  int best = 1;
-  for (int c = 2; c < candidates; ++c)
-    if (summed[c] < summed[best]) best = c;
-  e.choice = summed[best] < summed[0] * (1 - kMargin) ? best : 0;
+  int best = e.finalist;
+  if (best < 0) {
+    best = 1;
+    for (int c = 2; c < candidates; ++c)
+      if (summed[c] < summed[best]) best = c;
+  }
+  const bool wins = summed[best] < summed[0] * (1 - kMargin);
+  if (wins && e.finalist < 0) {
+    e.finalist = best;  // once more, to be sure
+    e.calls = 0;
+    return best;
+  }
+  e.choice = wins ? best : 0;
   return e.choice;
 }
 
@@ -86,17 +103,27 @@ void Tuner::agree(Step& st, Kind k, std::size_t bytes, const Candidates& c,
   agreement.step_base = kAgreementSteps;
   allreduce_rd(agreement, sum.data(), sum.data(), static_cast<std::size_t>(c.count), DataType::f64,
                slowest ? ReduceOp::max : ReduceOp::sum);
+  Entry& e = entries_[key(k, bytes)];
+  const bool confirming = e.finalist >= 0;
   const int choice = decide(k, bytes, c.count, sum);
-  const auto [lo, hi] = size_class(bytes);
   const int n = st.tp.size();
   const double per = slowest ? 1e6 : 1e6 / n;
-  std::string text = std::string(k == Kind::allreduce ? "allreduce" : "broadcast") + " of " +
-                     std::to_string(lo + 1) + "-" + std::to_string(hi) + " bytes over " + std::to_string(n) +
-                     " ranks: ";
-  for (int i = 0; i < c.count; ++i)
-    text += std::string(i ? ", " : "") + c.names[i] + " " + std::to_string(std::lround(sum[i] * per)) + " us";
-  text += " (median of " + std::to_string(kTrials) + (slowest ? ", slowest rank): " : ", mean over ranks): ") +
-          c.names[choice];
+  auto us = [&](int i) { return std::string(c.names[i]) + " " + std::to_string(std::lround(sum[i] * per)) + " us"; };
+  if (!confirming) {
+    const auto [lo, hi] = size_class(bytes);
+    e.first = std::string(k == Kind::allreduce ? "allreduce" : "broadcast") + " of " + std::to_string(lo + 1) + "-" +
+              std::to_string(hi) + " bytes over " + std::to_string(n) + " ranks: ";
+    for (int i = 0; i < c.count; ++i) e.first += (i ? ", " : "") + us(i);
+    e.first += std::string(" (median of ") + std::to_string(kTrials) +
+               (slowest ? ", slowest rank)" : ", mean over ranks)");
+  }
+  if (e.choice < 0) {
+    ER_LOG(collective, debug, "tuning {}; {} ahead, once more", e.first, c.names[choice]);
+    return;
+  }
+  std::string text = e.first;
+  if (confirming) text += "; again " + us(e.finalist) + ", " + us(0);
+  text += std::string(": ") + c.names[choice];
   ER_LOG(collective, info, "tuned {}", text);
   if (on_tuned) on_tuned(text);
 }

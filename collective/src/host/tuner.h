@@ -16,7 +16,13 @@
 // the ranks sum those (an allreduce of one double per candidate, by recursive doubling,
 // in the same call; for a broadcast they take the slowest rank's, and each of its timed
 // calls starts from a barrier: line_up), and from then on the class runs the candidate
-// with the smallest (an alternative only when it is kMargin faster than the fixed choice). Every rank makes the same calls in the
+// with the smallest (an alternative only when it is kMargin faster than the fixed choice).
+// An alternative that wins must win again: a second round runs it and then the fixed
+// choice (the other order), and only if it is again kMargin faster does it stay; else
+// the fixed choice does. One disturbance on shared cores (rd's five calls at 280 us, its
+// usual 95-140, behind 200 Mbit/s links) had made the direct allreduce, 2x slower there,
+// the choice of a class; a second disturbance in the same place is far less likely, and
+// the fixed choice is what runs without a tuner anyway. Every rank makes the same calls in the
 // same order, so every rank reaches the agreement in the same call and decides alike.
 // Behind a bursty rate limit the runs are still too short to see a loop's steady state
 // (bench/RESULTS.md: rd picked at 8 KiB on 200 Mbit/s token buckets, run at 0.68x).
@@ -48,8 +54,10 @@ class Tuner {
   static constexpr int kTrials = 5;        // timed calls per candidate (after kSettle untimed)
   static constexpr int kRun = kSettle + kTrials;
   static constexpr double kMargin = 0.05;  // an alternative must be this much faster
-  // A class's calls until the agreement, with `candidates` candidates.
+  // A class's calls until the first agreement, with `candidates` candidates; and until
+  // its choice is fixed when an alternative won that one (the confirming round).
   static constexpr int calls(int candidates) { return kWarm + candidates * kRun; }
+  static constexpr int most_calls(int candidates) { return calls(candidates) + 2 * kRun; }
 
   // A class's candidates by name (for the log), in order: [0] the fixed crossover's
   // choice, then the alternatives. The same on every rank for a class: it may depend on
@@ -71,11 +79,16 @@ class Tuner {
   // direct measured 1-5 us a call at every size behind 1 ms links, a coin toss.
   static void line_up(Step& st);
   // Records the call's time (seconds) on this rank; true when the class has all its
-  // samples and the ranks must now agree: sum samples() over them and pass it to decide().
+  // samples (of the round) and the ranks must now agree: sum samples() over them and pass
+  // it to decide().
   bool record(Kind k, std::size_t bytes, int candidates, int candidate, double seconds);
   Times samples(Kind k, std::size_t bytes) const;  // each candidate's median; 0 past the last
-  // Fixes the class's choice from the summed samples of its `candidates`; returns it.
+  // After the first round: the fastest alternative if it is kMargin faster than the fixed
+  // choice, which then runs the confirming round (not yet decided()), else the fixed
+  // choice, decided. After the confirming round: that alternative if it is again kMargin
+  // faster, else the fixed choice; decided. Returns the candidate chosen or confirming.
   int decide(Kind k, std::size_t bytes, int candidates, const Times& summed);
+  bool decided(Kind k, std::size_t bytes) const;
   // The agreement, once record() said so: sums samples() over st's ranks (recursive
   // doubling in st's own collective, on steps past any algorithm's), decides, logs the
   // decision at info and tells `on_tuned` (if set).
@@ -92,10 +105,14 @@ class Tuner {
 
  private:
   struct Entry {
-    int calls = 0;
+    int calls = 0;      // in this round
+    int finalist = -1;  // set: the confirming round of this alternative against the fixed choice
     std::array<std::array<double, kTrials>, kMaxCandidates> times{};  // each candidate's trials
-    int choice = -1;  // decided: an index into the class's candidates
+    std::string first;  // the first round's figures, for the decision's log line
+    int choice = -1;    // decided: an index into the class's candidates
   };
+  // The candidate that call `i` of the confirming round runs: the finalist's run, then the fixed choice's.
+  static int confirming(const Entry& e, int i) { return i < kRun ? e.finalist : 0; }
   using Key = std::pair<Kind, int>;
   static Key key(Kind k, std::size_t bytes);
   std::map<Key, Entry> entries_;
