@@ -56,11 +56,13 @@ struct HostCommConfig {
   // Pipeline chunk of the UCX ring and chain: `segment` if set, else ELASTICRUN_SEGMENT,
   // else by layout (the same on every rank): net_segment_bytes where the ranks span hosts
   // (eager messages below UCX_RNDV_THRESH, no rendezvous handshake per chunk; 1.19x at 4
-  // MiB over 8 hosts' 100 Mbit/s links, bench/RESULTS.md), segment_bytes on one host (a
+  // MiB over 8 hosts' 100 Mbit/s links against 256 KiB; 32 KiB, with its header within
+  // UCX_TCP_RX_SEG_SIZE's 64K, 1.2-1.9x 64 KiB from 512 KiB on unshaped and 200 Mbit/s
+  // links, the same at 100 Mbit/s; bench/RESULTS.md), segment_bytes on one host (a
   // single-copy rendezvous per chunk wins there).
   std::optional<std::size_t> segment;
   std::size_t segment_bytes = 256 * 1024;
-  std::size_t net_segment_bytes = 64 * 1024;
+  std::size_t net_segment_bytes = 32 * 1024;
   int window = 4;                          // receives posted ahead in pipelines
   // The automatic flat allreduce: recursive doubling up to rd_max bytes, recursive
   // halving-doubling up to rhd_max, the ring above. `crossover` if set, else by layout
