@@ -130,11 +130,16 @@ TEST(Tuner, TheAlternativeMustWinByTheMargin) {
   EXPECT_TRUE(t.decided(Kind::allreduce, 10000));                       // and no second round
   EXPECT_EQ(t.pick(Kind::allreduce, 10000), 0);
   Tuner u;
-  trials(u, Kind::broadcast, 10000, {1e-3, 0.9e-3});
-  EXPECT_EQ(u.decide(Kind::broadcast, 10000, 2, {1e-3, 0.9e-3}), 1);
-  confirm(u, Kind::broadcast, 10000, 2, 1, 0.9e-3, 1e-3);
-  EXPECT_EQ(u.decide(Kind::broadcast, 10000, 2, {1e-3, 0.9e-3}), 1);
+  trials(u, Kind::broadcast, 10000, {1e-3, 0.7e-3});
+  EXPECT_EQ(u.decide(Kind::broadcast, 10000, 2, {1e-3, 0.7e-3}), 1);
+  confirm(u, Kind::broadcast, 10000, 2, 1, 0.7e-3, 1e-3);
+  EXPECT_EQ(u.decide(Kind::broadcast, 10000, 2, {1e-3, 0.7e-3}), 1);
   EXPECT_TRUE(u.decided(Kind::broadcast, 10000));
+  // 10 % faster is within what 2 shared cores vary by: not enough either.
+  Tuner v;
+  trials(v, Kind::broadcast, 10000, {1e-3, 0.9e-3});
+  EXPECT_EQ(v.decide(Kind::broadcast, 10000, 2, {1e-3, 0.9e-3}), 0);
+  EXPECT_TRUE(v.decided(Kind::broadcast, 10000));
 }
 
 TEST(Tuner, ClassesAndKindsAreTunedApart) {

@@ -105,7 +105,7 @@ struct HostCommConfig {
   std::size_t direct_max_bytes = 512 * 1024;
   std::size_t direct_broadcast_max_bytes = 2 * 1024 * 1024;
   int direct_max_ranks = 16;
-  std::size_t chain_min_bytes = 256 * 1024;  // automatic broadcast: the chain above this size
+  std::size_t chain_min_bytes = 128 * 1024;  // automatic broadcast: the chain above this size
   std::size_t hier_max_bytes = 512 * 1024;   // automatic allreduce: hierarchical up to this size
   // Shared-memory allreduce (bench/RESULTS.md has the measurements behind these):
   std::size_t shm_slot_bytes = 1024 * 1024;       // vector bytes per round (fewer barriers)
