@@ -127,31 +127,35 @@ void broadcast_binomial(Step& st, void* buf, std::size_t bytes, int root) {
   st.wait(sends);
 }
 
-// Pipelined chain: ranks form a line starting at the root and each forwards every
-// chunk to the next as soon as it lands, so for large messages every link streams
-// at once and the time approaches one message transfer plus (size-2) chunk times.
-void broadcast_chain(Step& st, void* buf, std::size_t bytes, int root) {
-  int r = st.tp.rank(), n = st.tp.size();
-  int v = schedule::mod(r - root, n);
-  int prev = schedule::mod(r - 1, n), next = schedule::mod(r + 1, n);
-  bool has_next = v + 1 < n;
+// Pipelined tree (algorithms.h): for large messages every link streams at once, and the
+// time approaches the busiest link's bytes plus one segment time per hop. Receives are
+// posted `window` segments ahead; a segment goes on to the children as soon as it lands.
+void broadcast_pipelined(Step& st, void* buf, std::size_t bytes, int root, int fanout) {
+  const int n = st.tp.size(), v = schedule::mod(st.tp.rank() - root, n);
+  auto rank_of = [&](int u) { return schedule::mod(u + root, n); };
+  std::vector<int> children;
+  for (int k = 1; k <= fanout && fanout * v + k < n; ++k) children.push_back(rank_of(fanout * v + k));
   std::size_t nchunks = std::min(schedule::num_chunks(bytes, st.segment), std::size_t{1} << Transport::kStepBits);
   auto* base = static_cast<std::byte*>(buf);
   auto range = [&](std::size_t c) { return schedule::balanced(bytes, nchunks, c); };
   std::vector<Request> sends;
+  auto forward = [&](std::size_t c) {
+    for (int child : children) sends.push_back(st.tp.isend(child, st.tag(c), base + range(c).offset, range(c).count));
+  };
   if (v == 0) {
-    for (std::size_t c = 0; c < nchunks; ++c) sends.push_back(st.tp.isend(next, st.tag(c), base + range(c).offset, range(c).count));
+    for (std::size_t c = 0; c < nchunks; ++c) forward(c);
     st.wait(sends);
     return;
   }
+  const int parent = rank_of((v - 1) / fanout);
   std::size_t window = static_cast<std::size_t>(std::max(1, st.window));
   std::vector<Request> recvs(window);
-  auto post = [&](std::size_t c) { recvs[c % window] = st.tp.irecv(prev, st.tag(c), base + range(c).offset, range(c).count); };
+  auto post = [&](std::size_t c) { recvs[c % window] = st.tp.irecv(parent, st.tag(c), base + range(c).offset, range(c).count); };
   for (std::size_t c = 0; c < std::min(window, nchunks); ++c) post(c);
   for (std::size_t c = 0; c < nchunks; ++c) {
     st.tp.wait(recvs[c % window], st.deadline, st.what);
     if (c + window < nchunks) post(c + window);
-    if (has_next) sends.push_back(st.tp.isend(next, st.tag(c), base + range(c).offset, range(c).count));
+    forward(c);
   }
   st.wait(sends);
 }

@@ -77,7 +77,11 @@ void sit_out(Step& st, int partner, const void* send, std::size_t send_bytes, vo
 // One hop: the root sends to every other rank.
 void broadcast_direct(Step& st, void* buf, std::size_t bytes, int root);
 void broadcast_binomial(Step& st, void* buf, std::size_t bytes, int root);
-void broadcast_chain(Step& st, void* buf, std::size_t bytes, int root);
+// Pipelined tree: counted from the root, rank v's children are fanout*v+1 .. fanout*v+fanout,
+// and each forwards every segment to them as it lands. fanout 1 is the chain (each link
+// carries the message once, n-1 hops); 2 the binary tree (log2(n) hops, an inner rank's
+// link carries it twice).
+void broadcast_pipelined(Step& st, void* buf, std::size_t bytes, int root, int fanout);
 void broadcast_scatter_allgather(Step& st, void* buf, std::size_t bytes, int root);
 void alltoall_pairwise(Step& st, const void* in, void* out, std::size_t block_bytes);
 void barrier_dissemination(Step& st);

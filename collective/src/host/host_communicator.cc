@@ -145,16 +145,16 @@ class HostCommunicator final : public elasticrun::Communicator {
       if (a == Algorithm::direct) return broadcast_direct(st, buf, bytes, root);
       // The fixed choice, then (tuned, where the ranks span hosts) the alternatives.
       const bool chain = bytes > cfg_.chain_min_bytes && cfg_.size > 2;
-      const bool one = chain || bytes < crossover_.scatter_min || cfg_.size <= 2;  // one alternative at most
-      const char* fixed = chain ? "chain" : one ? "binomial" : "scatter-allgather";
-      Tuner::Candidates c{{fixed, one ? "direct" : "binomial", "direct"}, 1};  // among 3 the tree is direct
+      const bool tree = !chain && (bytes < crossover_.scatter_min || cfg_.size <= 2);  // the binomial tree
+      const char* fixed = chain ? "chain" : tree ? "binomial" : "scatter-allgather";
+      Tuner::Candidates c{{fixed, chain ? "bintree" : tree ? "direct" : "binomial", "direct"}, 1};
       const bool direct = cfg_.size > 3 && direct_ok(st.tp.size(), bytes, cfg_.direct_broadcast_max_bytes);
-      if (tune_ && a == Algorithm::automatic && cfg_.size > 2) c.count = (one ? 1 : 2) + direct;
+      if (tune_ && a == Algorithm::automatic && cfg_.size > 2) c.count = (tree ? 1 : 2) + direct;
       run_tuned(st, tuner_, Tuner::Kind::broadcast, bytes, c, cfg_.on_tuned, [&](int i) {
         const std::string_view name = c.names[i];
         if (name == "binomial") broadcast_binomial(st, buf, bytes, root);
         else if (name == "direct") broadcast_direct(st, buf, bytes, root);
-        else if (name == "chain") broadcast_chain(st, buf, bytes, root);
+        else if (name == "chain" || name == "bintree") broadcast_pipelined(st, buf, bytes, root, name == "chain" ? 1 : 2);
         else broadcast_scatter_allgather(st, buf, bytes, root);
       });
     });

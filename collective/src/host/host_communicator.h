@@ -87,9 +87,9 @@ struct HostCommConfig {
   // first calls: an automatic allreduce up to rd_max tries rd against direct, between
   // rd_max and rhd_max rhd against rd and direct; a broadcast below scatter_min the
   // binomial tree against direct, from scatter_min up to chain_min_bytes scatter-allgather
-  // against the binomial tree and direct, above it the chain against direct (direct only
-  // within direct_max_* and direct_broadcast_max_bytes, below, and for a broadcast among 4
-  // or more: among 3 the binomial tree is direct).
+  // against the binomial tree and direct, above it the chain against the pipelined binary
+  // tree and direct (direct only within direct_max_* and direct_broadcast_max_bytes,
+  // below, and for a broadcast among 4 or more: among 3 the binomial tree is direct).
   // Unset: ELASTICRUN_TUNE (default on) where the ranks span hosts, off on one host.
   // `on_tuned`, if set, hears each decision (as the log does, at info).
   std::optional<bool> tune;
