@@ -35,7 +35,7 @@ int Tuner::pick(Kind k, std::size_t bytes) const {
 bool Tuner::timed(Kind k, std::size_t bytes) const {
   auto it = entries_.find(key(k, bytes));
   if (it == entries_.end() || it->second.choice >= 0) return false;
-  const int i = it->second.calls - (it->second.finalist >= 0 ? 0 : kWarm);
+  const int i = in_runs(it->second);
   return i >= 0 && i % kRun >= kSettle;
 }
 
@@ -48,10 +48,9 @@ void Tuner::line_up(Step& st) {
 
 bool Tuner::record(Kind k, std::size_t bytes, int candidates, int candidate, double seconds) {
   Entry& e = entries_[key(k, bytes)];
-  const bool confirm = e.finalist >= 0;
-  const int round = confirm ? 2 * kRun : calls(candidates);
+  const int round = e.finalist >= 0 ? 2 * kRun : calls(candidates);
   if (e.choice >= 0 || e.calls >= round) return false;
-  const int i = e.calls - (confirm ? 0 : kWarm), at = i % kRun;  // at < kSettle: a run's untimed first calls
+  const int i = in_runs(e), at = i % kRun;  // at < kSettle: a run's untimed first calls
   if (i >= 0 && at >= kSettle) e.times[candidate][at - kSettle] = seconds;
   return ++e.calls == round;
 }

@@ -117,6 +117,8 @@ class Tuner {
   };
   // The candidate that call `i` of the confirming round runs: the finalist's run, then the fixed choice's.
   static int confirming(const Entry& e, int i) { return i < kRun ? e.finalist : 0; }
+  // The class's next call counted from its round's first run (negative: a warm call).
+  static int in_runs(const Entry& e) { return e.calls - (e.finalist >= 0 ? 0 : kWarm); }
   using Key = std::pair<Kind, int>;
   static Key key(Kind k, std::size_t bytes);
   std::map<Key, Entry> entries_;
