@@ -73,8 +73,8 @@ TEST(Tuner, EachCandidateRunsItsTrialsThenTheRanksAgree) {
   EXPECT_EQ(t.pick(Kind::allreduce, 10000), 1);
 }
 
-// What one disturbance did on 2 shared cores: the fixed choice's five calls ran at twice
-// their pace, and an alternative twice as slow as it looked ahead. Measured again, the
+// What one disturbance did on 2 shared cores: the fixed choice's five calls took twice
+// their usual time, and an alternative twice as slow as it looked ahead. Measured again, the
 // fixed choice wins and stays.
 TEST(Tuner, AnAlternativeThatDoesNotWinTwiceLosesToTheFixedChoice) {
   Tuner t;
