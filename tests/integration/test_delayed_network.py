@@ -8,10 +8,13 @@ every collective and algorithm of the library stays correct on links that are at
 delayed, jittery, lossy and rate-limited, and the library's tuner (host/tuner.h) measures
 the delay: it picks the algorithms with fewer rounds, the same on every rank. Bad delay
 settings and a bad delay-line configuration are refused with their reason."""
+import os
 import re
+import signal
 import statistics
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -104,6 +107,64 @@ def test_jitter_spreads_the_round_trips_above_the_floor(undelayed):
     assert rtt[0] >= 2000, rtt
     assert 3000 <= statistics.median(rtt) <= 5500, rtt
     assert p90 - p10 >= 1000, rtt
+
+
+# One round trip on request: connects, says "connected", then on a line from stdin sends a
+# byte, waits for the echo, and prints the send and receive times (CLOCK_MONOTONIC, which
+# every namespace shares).
+ONE_ROUND_TRIP = r"""
+import socket, sys, time
+c = socket.create_connection((sys.argv[1], int(sys.argv[2])))
+c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+print("connected", flush=True)
+sys.stdin.readline()
+sent = time.monotonic()
+c.sendall(b"x")
+c.recv(64)
+print(sent, time.monotonic(), flush=True)
+"""
+
+
+def test_a_frame_that_waits_for_the_line_is_delayed_from_its_arrival(undelayed):
+    """The delay line holds a frame for its link's delay from when the kernel stamped it on
+    arrival, not from when the line got round to reading it (a busy line would add its own
+    lag to every delay). Host 1's link at 50 ms, and the line stopped (SIGSTOP) while host 1
+    sends one byte to host 2: when the line runs again 300 ms later, the byte has waited
+    longer than its delay and leaves at once, and only the echo's crossing of host 1's link,
+    50 ms, remains. A line that timed the byte from reading it would take 100 ms."""
+    directory, _ = undelayed
+    if not (directory / "delayline.conf").exists():
+        pytest.skip("this cluster delays with netem, not with the delay line")
+    line = subprocess.run(["pgrep", "-x", "delayline"], capture_output=True, text=True).stdout.split()
+    assert len(line) == 1, line
+    shape(1, "--delay", "50ms")
+    server = subprocess.Popen(["ip", "netns", "exec", "er-h2", sys.executable, "-c", PINGPONG, "server", addr(2), "5305"],
+                              stdout=subprocess.PIPE, text=True)
+    client = None
+    try:
+        assert server.stdout.readline().strip() == "ready"
+        client = subprocess.Popen(["ip", "netns", "exec", "er-h1", sys.executable, "-c", ONE_ROUND_TRIP, addr(2), "5305"],
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        assert client.stdout.readline().strip() == "connected"
+        os.kill(int(line[0]), signal.SIGSTOP)
+        try:
+            client.stdin.write("go\n")
+            client.stdin.flush()
+            time.sleep(0.3)
+        finally:
+            resumed = time.monotonic()
+            os.kill(int(line[0]), signal.SIGCONT)
+        sent, received = map(float, client.stdout.readline().split())
+        client.wait(timeout=10)
+    finally:
+        for p in (server, client):
+            if p:
+                p.kill()
+                p.wait()
+    after = (received - resumed) * 1e3
+    print(f"sent {(resumed - sent) * 1e3:.1f} ms before the line ran again; the echo came {after:.1f} ms after")
+    assert resumed - sent >= 0.25, (sent, resumed)
+    assert 50 <= after <= 80, after
 
 
 def test_bad_delays_are_refused(undelayed):

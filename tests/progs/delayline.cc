@@ -5,7 +5,8 @@
 //                           "DEV_A DEV_B DELAY_NS JITTER_NS"
 //
 // Every frame that arrives on DEV_A leaves on DEV_B, and every frame from DEV_B leaves on
-// DEV_A, DELAY_NS later (plus a uniform draw in [-JITTER_NS, +JITTER_NS]). A direction is a
+// DEV_A, DELAY_NS after it arrived (by the kernel's receive stamp, not when the line got
+// round to reading it), plus a uniform draw in [-JITTER_NS, +JITTER_NS]. A direction is a
 // FIFO: a frame never leaves before the one ahead of it, so jitter delays but does not
 // reorder (netem may reorder; TCP over this line sees no reordering). Frames are whole
 // layer-2 frames, GSO trains included: the sockets carry the virtio-net header, so a 64 KiB
@@ -51,11 +52,13 @@ constexpr std::size_t kFrameMax = (256 << 10);
 // does not compile as C++: a member is named `class`).
 constexpr std::size_t kVnetHeader = 10;
 
-std::int64_t now_ns() {
+std::int64_t clock_ns(clockid_t clock) {
   timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);
+  clock_gettime(clock, &ts);
   return std::int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
 }
+
+std::int64_t now_ns() { return clock_ns(CLOCK_MONOTONIC); }
 
 [[noreturn]] void fail(const std::string& what) {
   std::fprintf(stderr, "delayline: %s\n", what.c_str());
@@ -87,6 +90,10 @@ int open_port(const std::string& name) {
   if (setsockopt(fd, SOL_PACKET, PACKET_VNET_HDR, &one, sizeof one) != 0 ||
       setsockopt(fd, SOL_PACKET, PACKET_IGNORE_OUTGOING, &one, sizeof one) != 0)
     fail("packet socket options on " + name + ": " + std::strerror(errno));
+  // The kernel stamps each frame as it arrives, so a frame waiting on the socket while the
+  // line sends others is still due one delay after it came, not after the line read it.
+  if (setsockopt(fd, SOL_SOCKET, SO_TIMESTAMPNS, &one, sizeof one) != 0)
+    fail("SO_TIMESTAMPNS on " + name + ": " + std::strerror(errno));
   setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &buffer, sizeof buffer);  // root only; best effort
   setsockopt(fd, SOL_SOCKET, SO_SNDBUFFORCE, &buffer, sizeof buffer);
   sockaddr_ll where{};
@@ -211,14 +218,28 @@ class Line {
 
   // Takes every frame waiting on p's socket into its queue, each due after p's delay.
   void receive(Port& p, std::vector<unsigned char>& scratch) {
+    // The stamps are CLOCK_REALTIME; the queue runs on CLOCK_MONOTONIC.
+    std::int64_t offset = now_ns() - clock_ns(CLOCK_REALTIME);
     for (;;) {
-      ssize_t got = recv(p.fd, scratch.data(), scratch.size(), MSG_TRUNC);
+      iovec data{.iov_base = scratch.data(), .iov_len = scratch.size()};
+      alignas(cmsghdr) char control[CMSG_SPACE(sizeof(timespec))];
+      msghdr msg{.msg_name = nullptr, .msg_namelen = 0, .msg_iov = &data, .msg_iovlen = 1,
+                 .msg_control = control, .msg_controllen = sizeof control, .msg_flags = 0};
+      ssize_t got = recvmsg(p.fd, &msg, MSG_TRUNC);
       if (got < 0) return;  // EAGAIN: drained (an error: the next wakeup says it again)
       if (static_cast<std::size_t>(got) > scratch.size()) {
         ++p.dropped;  // larger than any GSO train: cannot be carried whole
         continue;
       }
-      std::int64_t due = now_ns() + p.delay;
+      std::int64_t now = now_ns(), arrived = now;
+      for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
+        if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_TIMESTAMPNS) continue;
+        timespec ts{};
+        std::memcpy(&ts, CMSG_DATA(c), sizeof ts);
+        // Never later than now (a stamp from a clock step would hold the frame too long).
+        arrived = std::min(now, std::int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec + offset);
+      }
+      std::int64_t due = arrived + p.delay;
       if (p.jitter > 0) due += std::uniform_int_distribution<std::int64_t>(-p.jitter, p.jitter)(random_);
       due = std::max(due, p.last_due);
       p.last_due = due;
