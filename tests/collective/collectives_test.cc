@@ -11,6 +11,7 @@
 
 #include <atomic>
 #include <mutex>
+#include <regex>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -141,7 +142,7 @@ TEST_P(Collectives, TunedChoicesAreCorrectAndTheSameOnEveryRank) {
     };
     return c;
   };
-  constexpr int kCalls = Tuner::most_calls(Tuner::kMaxCandidates) + 2;
+  constexpr int kCalls = Tuner::most_calls(Tuner::kMaxAlgorithms) + 2;
   run_ranks(w, cfg_of, "tuned/", [](int r, Communicator& c) {
     for (int call = 0; call < kCalls; ++call) {
       for (std::size_t count : {100u, 3000u, 20000u})
@@ -185,6 +186,64 @@ TEST_P(Collectives, TunedChoicesAreCorrectAndTheSameOnEveryRank) {
     EXPECT_TRUE(said("broadcast of 32769-65536 ", " us, bintree ")) << heard_text[0].front();
     EXPECT_EQ(said("broadcast of 32769-65536 ", " us, direct "), w.size > 3) << heard_text[0].front();
   }
+}
+
+// Where waits sleep (blocking progress: more ranks than cores), every algorithm of a
+// tuned class is a candidate twice, the second time with waits that sleep at once: an
+// allreduce of 8-16 KiB tries rhd, rd (and direct among 3 or more) and each "+sleep", a
+// chain broadcast class chain, bintree (and direct among 4 or more) and each "+sleep".
+// Every call is checked, whatever runs it, and every rank decides alike.
+TEST_P(Collectives, WhereWaitsSleepTheTunerAlsoTriesSleepingAtOnce) {
+  World w(GetParam());
+  if (w.size < 2) GTEST_SKIP() << "one rank tunes nothing";
+  std::vector<std::vector<std::string>> heard(w.size);
+  std::mutex mu;
+  auto cfg_of = [&](int r) {
+    HostCommConfig c = config(Algorithm::automatic);
+    c.local_size = 1;  // each rank as if alone on its host
+    c.local_rank = 0;
+    c.progress = Progress::block;
+    c.segment = 4096;
+    c.chain_min_bytes = 32 * 1024;
+    c.on_tuned = [&, r](const std::string& text) {
+      std::lock_guard lock(mu);
+      heard[r].push_back(text);
+    };
+    return c;
+  };
+  constexpr int kCalls = Tuner::most_calls(Tuner::kMaxCandidates) + 2;
+  run_ranks(w, cfg_of, "tuned-sleep/", [](int r, Communicator& c) {
+    for (int call = 0; call < kCalls; ++call) {
+      allreduce_case(c, r, DataType::f32, ReduceOp::sum, 3000, call % 2);
+      std::vector<float> want(10000), buf(want.size());
+      for (std::size_t i = 0; i < want.size(); ++i) want[i] = static_cast<float>(i * 7 + call);
+      const int root = call % c.size();
+      if (r == root) buf = want;
+      c.broadcast(buf.data(), buf.size(), DataType::f32, root);
+      if (buf != want) throw std::runtime_error("broadcast call " + std::to_string(call) + " rank " + std::to_string(r));
+    }
+  });
+  for (int r = 0; r < w.size; ++r) EXPECT_EQ(heard[r], heard[0]) << "rank " << r;
+  ASSERT_EQ(heard[0].size(), w.size > 2 ? 2u : 1u);
+  // The class's candidates as its decision names them: "<class>: rhd 120 us, rd 80 us, ... (median".
+  auto names = [&](const std::string& cls) {
+    std::string out;
+    for (const std::string& h : heard[0]) {
+      if (h.rfind(cls, 0) != 0) continue;
+      const std::string first = h.substr(0, h.find(" (median"));
+      static const std::regex candidate("(?:: |, )([a-z+-]+) \\d+ us");
+      for (auto m = std::sregex_iterator(first.begin(), first.end(), candidate); m != std::sregex_iterator(); ++m)
+        out += (*m)[1].str() + ",";
+    }
+    return out;
+  };
+  EXPECT_EQ(names("allreduce of 8193-16384 "),
+            w.size > 2 ? "rhd,rd,direct,rhd+sleep,rd+sleep,direct+sleep," : "rhd,rd,rhd+sleep,rd+sleep,")
+      << heard[0].front();
+  if (w.size > 2)
+    EXPECT_EQ(names("broadcast of 32769-65536 "), w.size > 3 ? "chain,bintree,direct,chain+sleep,bintree+sleep,direct+sleep,"
+                                                            : "chain,bintree,chain+sleep,bintree+sleep,")
+        << heard[0].back();
 }
 
 TEST_P(Collectives, AutomaticAlgorithmMidSizes) {

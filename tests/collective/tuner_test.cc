@@ -4,6 +4,10 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <string>
+#include <thread>
+#include <utility>
 #include <vector>
 
 namespace elasticrun::collective {
@@ -121,6 +125,78 @@ TEST(Tuner, ThreeCandidatesRunInTurnAndTheFastestAlternativeWins) {
   Tuner v;
   trials(v, Kind::broadcast, 100, {1e-3, 0.97e-3, 0.98e-3});
   EXPECT_EQ(v.decide(Kind::broadcast, 100, 3, v.samples(Kind::broadcast, 100)), 0);
+}
+
+// Where waits sleep, every algorithm is a candidate twice: as it waits by default, then
+// with waits that sleep at once, in the same order after all of them. A sleeping
+// alternative (direct+sleep, the sixth) is chosen like any other: it runs its trials in
+// turn, wins the first round, and stays after winning the second against the fixed choice.
+TEST(Tuner, WhereWaitsSleepEachAlgorithmIsACandidateTwice) {
+  const Tuner::Candidates c{{"rhd", "rd", "direct"}, 3, true};
+  EXPECT_EQ(c.total(), 6);
+  EXPECT_EQ(c.name(0), "rhd");
+  EXPECT_EQ(c.name(3), "rhd+sleep");
+  EXPECT_EQ(c.name(5), "direct+sleep");
+  EXPECT_EQ(c.algorithm(4), 1);
+  EXPECT_FALSE(c.sleeps(2));
+  EXPECT_TRUE(c.sleeps(3));
+  const Tuner::Candidates awake{{"binomial", "direct", "direct"}, 1, false};
+  EXPECT_EQ(awake.total(), 1);  // one algorithm, waits that do not sleep: nothing to tune
+  const Tuner::Candidates one{{"binomial", "direct", "direct"}, 1, true};
+  EXPECT_EQ(one.total(), 2);    // one algorithm, tuned for its waits
+  EXPECT_EQ(one.name(1), "binomial+sleep");
+  Tuner t;
+  EXPECT_EQ(trials(t, Kind::broadcast, 300000, {6e-3, 5e-3, 7e-3, 6e-3, 4e-3, 3e-3}), Tuner::calls(6) - 1);
+  EXPECT_EQ(t.decide(Kind::broadcast, 300000, 6, t.samples(Kind::broadcast, 300000)), 5);
+  confirm(t, Kind::broadcast, 300000, 6, 5, 3e-3, 6e-3);
+  EXPECT_EQ(t.decide(Kind::broadcast, 300000, 6, t.samples(Kind::broadcast, 300000)), 5);
+  EXPECT_EQ(t.pick(Kind::broadcast, 300000), 5);
+}
+
+// A world of one whose waits sleep: records what run_tuned asks of them.
+class Alone final : public Transport {
+ public:
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  Request isend(int, std::uint64_t, const void*, std::size_t) override { throw Error("alone: no peer"); }
+  Request irecv(int, std::uint64_t, void*, std::size_t) override { throw Error("alone: no peer"); }
+  void wait(std::span<Request>, Clock::time_point, const char*) override {}
+  void cancel_all() override {}
+  bool sleeps() const override { return true; }
+  void sleep_at_once(bool yes) override { sleeping = yes; }
+  bool sleeping = false;
+};
+
+// run_tuned runs each candidate with its waits: rd, direct awake, then rd+sleep,
+// direct+sleep asleep at once; direct+sleep, far the fastest, wins both rounds, and from
+// then on every call runs direct with waits that sleep at once.
+TEST(Tuner, RunTunedSetsEachCandidatesWaits) {
+  Alone tp;
+  Workspace ws;
+  Step st{tp, Clock::now() + std::chrono::seconds(30), 0, ws, 4096, 2, "test"};
+  Tuner t;
+  const Tuner::Candidates c{{"rd", "direct", "direct"}, 2, true};
+  std::vector<std::pair<int, bool>> ran;  // (algorithm, sleeping at once)
+  std::string decision;
+  for (int call = 0; call < Tuner::most_calls(4) + 3; ++call)
+    run_tuned(st, t, Kind::allreduce, 64, c, [&](const std::string& text) { decision = text; }, [&](int a) {
+      ran.emplace_back(a, tp.sleeping);
+      std::this_thread::sleep_for(std::chrono::microseconds(a == 1 && tp.sleeping ? 300 : 2000));
+    });
+  ASSERT_EQ(ran.size(), static_cast<std::size_t>(Tuner::most_calls(4) + 3));
+  auto expect = [&](int from, int to, int algorithm, bool sleeping) {
+    for (int i = from; i < to; ++i) EXPECT_EQ(ran[i], std::make_pair(algorithm, sleeping)) << "call " << i;
+  };
+  constexpr int w = Tuner::kWarm, r = kRun;
+  expect(0, w, 0, false);
+  expect(w, w + r, 0, false);
+  expect(w + r, w + 2 * r, 1, false);
+  expect(w + 2 * r, w + 3 * r, 0, true);
+  expect(w + 3 * r, w + 4 * r, 1, true);
+  expect(w + 4 * r, w + 5 * r, 1, true);   // the confirming round: direct+sleep,
+  expect(w + 5 * r, w + 6 * r, 0, false);  // then the fixed choice
+  expect(w + 6 * r, w + 6 * r + 3, 1, true);
+  EXPECT_NE(decision.find(": direct+sleep"), std::string::npos) << decision;
 }
 
 TEST(Tuner, TheAlternativeMustWinByTheMargin) {

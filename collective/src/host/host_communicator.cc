@@ -143,13 +143,13 @@ class HostCommunicator final : public elasticrun::Communicator {
       ShmGroup* g = bytes >= cfg_.shm_broadcast_min_bytes || a == Algorithm::shm ? shm(st, a) : nullptr;
       if (g) return broadcast_shm(*g, buf, bytes, root, shm_wait(st));
       if (a == Algorithm::direct) return broadcast_direct(st, buf, bytes, root);
-      // The fixed choice, then (tuned, where the ranks span hosts) the alternatives.
+      const bool tuned = tune_ && a == Algorithm::automatic && cfg_.size > 2;  // else the fixed choice
       const bool chain = bytes > cfg_.chain_min_bytes && cfg_.size > 2;
       const bool tree = !chain && (bytes < crossover_.scatter_min || cfg_.size <= 2);  // the binomial tree
       const char* fixed = chain ? "chain" : tree ? "binomial" : "scatter-allgather";
-      Tuner::Candidates c{{fixed, chain ? "bintree" : tree ? "direct" : "binomial", "direct"}, 1};
       const bool direct = cfg_.size > 3 && direct_ok(st.tp.size(), bytes, cfg_.direct_broadcast_max_bytes);
-      if (tune_ && a == Algorithm::automatic && cfg_.size > 2) c.count = (tree ? 1 : 2) + direct;
+      Tuner::Candidates c{{fixed, chain ? "bintree" : tree ? "direct" : "binomial", "direct"},
+                          tuned ? (tree ? 1 : 2) + direct : 1, tuned && st.tp.sleeps()};
       run_tuned(st, tuner_, Tuner::Kind::broadcast, bytes, c, cfg_.on_tuned, [&](int i) {
         const std::string_view name = c.names[i];
         if (name == "binomial") broadcast_binomial(st, buf, bytes, root);
@@ -240,7 +240,7 @@ class HostCommunicator final : public elasticrun::Communicator {
     if (!tuner || a == Algorithm::ring) return run_one(a);
     const bool rhd = a == Algorithm::rhd;
     const Tuner::Candidates c{{rhd ? "rhd" : "rd", rhd ? "rd" : "direct", "direct"},
-                              (rhd ? 2 : 1) + direct_ok(st.tp.size(), bytes, cfg_.direct_max_bytes)};
+                              (rhd ? 2 : 1) + direct_ok(st.tp.size(), bytes, cfg_.direct_max_bytes), st.tp.sleeps()};
     run_tuned(st, *tuner, Tuner::Kind::allreduce, bytes, c, cfg_.on_tuned, [&](int i) {
       const std::string_view name = c.names[i];
       run_one(name == "rhd" ? Algorithm::rhd : name == "rd" ? Algorithm::rd : Algorithm::direct);

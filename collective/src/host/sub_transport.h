@@ -33,6 +33,8 @@ class SubTransport final : public Transport {
     parent_.wait(reqs, deadline, what);
   }
   void cancel_all() override { parent_.cancel_all(); }
+  bool sleeps() const override { return parent_.sleeps(); }
+  void sleep_at_once(bool yes) override { parent_.sleep_at_once(yes); }
 
  private:
   Transport& parent_;

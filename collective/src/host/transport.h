@@ -60,6 +60,13 @@ class Transport {
 
   // Cancels every outstanding request (used when a collective fails midway).
   virtual void cancel_all() = 0;
+  // Whether a wait with nothing to do ends up asleep (blocking progress: more ranks than
+  // cores), and, for the waits from here on, whether it sleeps at once instead of first
+  // yielding the core for a while (UcxTransport::Options::yield_window). Yielding hands
+  // the core to the rank a wait is for when both share it; where the wait is for a
+  // network's latency it only burns the cores the data needs. The tuner measures both.
+  virtual bool sleeps() const { return false; }
+  virtual void sleep_at_once(bool) {}
 };
 
 }  // namespace elasticrun::collective

@@ -100,29 +100,29 @@ void Tuner::agree(Step& st, Kind k, std::size_t bytes, const Candidates& c,
   Times sum = samples(k, bytes);
   Step agreement = st;
   agreement.step_base = kAgreementSteps;
-  allreduce_rd(agreement, sum.data(), sum.data(), static_cast<std::size_t>(c.count), DataType::f64,
+  allreduce_rd(agreement, sum.data(), sum.data(), static_cast<std::size_t>(c.total()), DataType::f64,
                slowest ? ReduceOp::max : ReduceOp::sum);
   Entry& e = entries_[key(k, bytes)];
   const bool confirming = e.finalist >= 0;
-  const int choice = decide(k, bytes, c.count, sum);
+  const int choice = decide(k, bytes, c.total(), sum);
   const int n = st.tp.size();
   const double per = slowest ? 1e6 : 1e6 / n;
-  auto us = [&](int i) { return std::string(c.names[i]) + " " + std::to_string(std::lround(sum[i] * per)) + " us"; };
+  auto us = [&](int i) { return c.name(i) + " " + std::to_string(std::lround(sum[i] * per)) + " us"; };
   if (!confirming) {
     const auto [lo, hi] = size_class(bytes);
     e.first = std::string(k == Kind::allreduce ? "allreduce" : "broadcast") + " of " + std::to_string(lo + 1) + "-" +
               std::to_string(hi) + " bytes over " + std::to_string(n) + " ranks: ";
-    for (int i = 0; i < c.count; ++i) e.first += (i ? ", " : "") + us(i);
+    for (int i = 0; i < c.total(); ++i) e.first += (i ? ", " : "") + us(i);
     e.first += std::string(" (median of ") + std::to_string(kTrials) +
                (slowest ? ", slowest rank)" : ", mean over ranks)");
   }
   if (e.choice < 0) {
-    ER_LOG(collective, debug, "tuning {}; {} ahead, once more", e.first, c.names[choice]);
+    ER_LOG(collective, debug, "tuning {}; {} ahead, once more", e.first, c.name(choice));
     return;
   }
   std::string text = e.first;
   if (confirming) text += "; again " + us(e.finalist) + ", " + us(0);
-  text += std::string(": ") + c.names[choice];
+  text += ": " + c.name(choice);
   ER_LOG(collective, info, "tuned {}", text);
   if (on_tuned) on_tuned(text);
 }

@@ -27,6 +27,14 @@
 // Behind a bursty rate limit the runs are still too short to see a loop's steady state
 // (bench/RESULTS.md: rd picked at 8 KiB on 200 Mbit/s token buckets, run at 0.68x).
 //
+// Where waits sleep (blocking progress: more ranks than cores), each algorithm is also a
+// candidate with waits that sleep at once (Transport::sleep_at_once), after the ones with
+// the default wait, which yields the core first: "rd+sleep". On one machine's 2 cores
+// the yielding made the calls of 8 namespace hosts 1.6-1.9x faster across unshaped links
+// (8 B-4 KiB allreduces), and 1.6-2x slower behind 1 ms links (256 KiB-2 MiB
+// broadcasts, 4 KiB allreduces): there every rank waits a millisecond per exchange, and
+// eight ranks yielding for it kept both cores busy (bench/RESULTS.md, session 28).
+//
 // A Tuner holds the decisions of one set of ranks (a communicator's transport, or the
 // hierarchy's leaders) for the life of that communicator: an elastic epoch, whose new
 // communicator measures again.
@@ -48,7 +56,8 @@ namespace elasticrun::collective {
 class Tuner {
  public:
   enum class Kind { allreduce, broadcast };
-  static constexpr int kMaxCandidates = 3;
+  static constexpr int kMaxAlgorithms = 3;
+  static constexpr int kMaxCandidates = 2 * kMaxAlgorithms;  // each algorithm, then each sleeping
   static constexpr int kWarm = 4;          // untimed calls of the fixed choice first
   static constexpr int kSettle = 2;        // untimed calls at the start of each candidate's run
   static constexpr int kTrials = 5;        // timed calls per candidate (after kSettle untimed)
@@ -63,12 +72,20 @@ class Tuner {
   static constexpr int calls(int candidates) { return kWarm + candidates * kRun; }
   static constexpr int most_calls(int candidates) { return calls(candidates) + 2 * kRun; }
 
-  // A class's candidates by name (for the log), in order: [0] the fixed crossover's
-  // choice, then the alternatives. The same on every rank for a class: it may depend on
-  // the world and the class (its upper bound), never on the exact size of a call.
+  // A class's algorithms by name (for the log), in order: [0] the fixed crossover's
+  // choice, then the alternatives; where `sleeping`, each again with waits that sleep at
+  // once, in the same order after them. The same on every rank for a class: it may
+  // depend on the world and the class (its upper bound), never on the exact size of a call.
   struct Candidates {
-    std::array<const char*, kMaxCandidates> names{};
-    int count = 0;
+    std::array<const char*, kMaxAlgorithms> names{};
+    int count = 0;  // algorithms
+    bool sleeping = false;
+    int total() const { return sleeping ? 2 * count : count; }
+    int algorithm(int candidate) const { return candidate % count; }
+    bool sleeps(int candidate) const { return candidate >= count; }
+    std::string name(int candidate) const {
+      return std::string(names[algorithm(candidate)]) + (sleeps(candidate) ? "+sleep" : "");
+    }
   };
   using Times = std::array<double, kMaxCandidates>;
 
@@ -124,18 +141,20 @@ class Tuner {
   std::map<Key, Entry> entries_;
 };
 
-// Runs the candidate the tuner picks for this call (run_candidate(i) runs candidates'
-// names[i]; 0 is the fixed choice), times it, and agrees with the other ranks once the
-// call's size class has its samples. With one candidate it just runs it.
+// Runs the candidate the tuner picks for this call (run_algorithm(i) runs candidates'
+// names[i]; 0 is the fixed choice; a sleeping candidate's waits sleep at once for the
+// call), times it, and agrees with the other ranks once the call's size class has its
+// samples. With one candidate it just runs it.
 template <class F>
 void run_tuned(Step& st, Tuner& tuner, Tuner::Kind k, std::size_t bytes, const Tuner::Candidates& candidates,
-               const std::function<void(const std::string&)>& on_tuned, F&& run_candidate) {
-  if (candidates.count < 2) return run_candidate(0);
+               const std::function<void(const std::string&)>& on_tuned, F&& run_algorithm) {
+  if (candidates.total() < 2) return run_algorithm(0);
   const int c = tuner.pick(k, bytes);
   if (k == Tuner::Kind::broadcast && tuner.timed(k, bytes)) Tuner::line_up(st);
   const auto t0 = Clock::now();
-  run_candidate(c);
-  if (tuner.record(k, bytes, candidates.count, c, std::chrono::duration<double>(Clock::now() - t0).count()))
+  if (candidates.sleeping) st.tp.sleep_at_once(candidates.sleeps(c));
+  run_algorithm(candidates.algorithm(c));
+  if (tuner.record(k, bytes, candidates.total(), c, std::chrono::duration<double>(Clock::now() - t0).count()))
     tuner.agree(st, k, bytes, candidates, on_tuned);
 }
 

@@ -264,11 +264,13 @@ void UcxTransport::wait(std::span<Request> reqs, Clock::time_point deadline, con
 
 // Oversubscribed waiting: while a collective is active the next message usually
 // comes within microseconds, so first yield the core (to the peer we wait for) and
-// poll again; only after kYieldWindow without progress pay for arm + poll() + wakeup.
+// poll again; only after the yield window without progress pay for arm + poll() +
+// wakeup. Unless told to sleep at once (sleep_at_once(): the tuner found that yielding
+// costs more than it saves, as behind links with latency).
 void UcxTransport::idle(Clock::time_point& idle_since, Clock::time_point deadline) {
   auto now = Clock::now();
   if (idle_since == Clock::time_point{}) idle_since = now;
-  if (now - idle_since < opts_.yield_window) {
+  if (!sleep_at_once_ && now - idle_since < opts_.yield_window) {
     sched_yield();
     return;
   }

@@ -67,6 +67,8 @@ class UcxTransport final : public Transport {
   void cancel_all() override;
 
   bool blocking() const { return opts_.blocking; }
+  bool sleeps() const override { return opts_.blocking; }
+  void sleep_at_once(bool yes) override { sleep_at_once_ = yes; }
 
  private:
   struct ContextDeleter {
@@ -107,6 +109,7 @@ class UcxTransport final : public Transport {
   // from then on the worker is never progressed, which would land their data in
   // buffers their callers may have restored or freed.
   bool stale_ = false;
+  bool sleep_at_once_ = false;         // blocking: skip the yield window (sleep_at_once())
 };
 
 }  // namespace elasticrun::collective
