@@ -1,9 +1,7 @@
 // Every collective, checked against a local reference, for world sizes 1..5, every
 // allreduce algorithm (ring, recursive doubling, recursive halving-doubling, direct,
 // shared memory), several sizes (0, 1, odd, ~8 MiB), in place and out of place.
-#include "host/tuner.h"
-#include "rank_fixture.h"
-#include "test_data.h"
+#include "collective_cases.h"
 
 #include <gtest/gtest.h>
 
@@ -11,7 +9,6 @@
 
 #include <atomic>
 #include <mutex>
-#include <regex>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -20,30 +17,6 @@ namespace elasticrun::collective::testing {
 namespace {
 
 constexpr std::size_t kLarge = 8 * 1024 * 1024 / 4 + 3;  // ~8 MiB of f32, odd count
-
-HostCommConfig config(Algorithm a) {
-  HostCommConfig c;
-  c.algorithm = a;
-  c.timeout = std::chrono::seconds(60);
-  return c;
-}
-
-#define CHECK_SAME(got, want, elem, ctx)                                 \
-  do {                                                                   \
-    std::string d = diff(got, want, elem);                               \
-    if (!d.empty()) throw std::runtime_error(std::string(ctx) + ": " + d); \
-  } while (0)
-
-const char* name_of(Algorithm a) {
-  switch (a) {
-    case Algorithm::ring: return "ring/";
-    case Algorithm::rd: return "rd/";
-    case Algorithm::rhd: return "rhd/";
-    case Algorithm::shm: return "shm/";
-    case Algorithm::direct: return "direct/";
-    default: return "auto/";
-  }
-}
 
 // The ways every collective can go: UCX (forced ring) as on one host, UCX as across
 // hosts (Bruck's allgather and the halving reduce-scatter for small calls) with 4 KiB
@@ -62,24 +35,8 @@ std::vector<Path> paths() {
   return {{"ucx/", config(Algorithm::ring)}, {"ucxnet4k/", net}, {"shm/", config(Algorithm::shm)}, {"shm4k/", tiny}};
 }
 
-std::string ctx(const char* what, int rank, DataType t, ReduceOp op, std::size_t count, bool in_place) {
-  return std::string(what) + " rank " + std::to_string(rank) + " " + name_of(t) + " " + name_of(op) + " count " +
-         std::to_string(count) + (in_place ? " in place" : " out of place");
-}
-
 class Collectives : public ::testing::TestWithParam<int> {};
 
-void allreduce_case(Communicator& c, int r, DataType t, ReduceOp op, std::size_t count, bool in_place) {
-  Buf in = input(t, op, r, count), out(in.size());
-  if (in_place) {
-    c.allreduce(in.data(), in.data(), count, t, op);
-    out = in;
-  } else {
-    c.allreduce(in.data(), out.data(), count, t, op);
-    CHECK_SAME(in, input(t, op, r, count), size_of(t), ctx("allreduce input clobbered", r, t, op, count, false));
-  }
-  CHECK_SAME(out, reduced(t, op, c.size(), count), size_of(t), ctx("allreduce", r, t, op, count, in_place));
-}
 
 TEST_P(Collectives, AllreduceEveryTypeAndOp) {
   World w(GetParam());
@@ -113,137 +70,6 @@ TEST_P(Collectives, AllreduceLarge) {
       allreduce_case(c, r, DataType::f16, ReduceOp::avg, 300001, false);
       allreduce_case(c, r, DataType::i64, ReduceOp::max, 200003, true);
     });
-}
-
-// The tuner (host/tuner.h) where the ranks span hosts: an allreduce class below rd_max
-// (rd, direct), two between rd_max and rhd_max (rhd, rd, direct), a broadcast class below
-// scatter_min (binomial, direct), one of scatter-allgather (with binomial and direct) and
-// one above chain_min_bytes (chain, bintree, direct) each run their candidates, agree (twice where
-// an alternative wins the first round), and go on with one; every call is checked, whatever
-// runs it, and every rank hears the same decisions in the same order (what keeps their
-// tags in step). Among 2 ranks direct is rd and the binomial tree: only rd and rhd tune;
-// among 3 the binomial tree is the direct broadcast.
-TEST_P(Collectives, TunedChoicesAreCorrectAndTheSameOnEveryRank) {
-  World w(GetParam());
-  std::vector<std::vector<std::string>> heard(w.size), heard_text(w.size);
-  std::mutex mu;
-  auto cfg_of = [&](int r) {
-    // Each rank as if alone on its host: no shared memory, no hierarchy, the crossovers
-    // and the tuning of ranks that span hosts (ELASTICRUN_TUNE's default).
-    HostCommConfig c = config(Algorithm::automatic);
-    c.local_size = 1;
-    c.local_rank = 0;
-    c.segment = 4096;
-    c.chain_min_bytes = 32 * 1024;  // so that a chain class is tuned too, at a test's size
-    c.on_tuned = [&, r](const std::string& text) {
-      std::lock_guard lock(mu);
-      heard[r].push_back(text.substr(0, text.find(':')));  // the class, not the times
-      heard_text[r].push_back(text);
-    };
-    return c;
-  };
-  constexpr int kCalls = Tuner::most_calls(Tuner::kMaxAlgorithms) + 2;
-  run_ranks(w, cfg_of, "tuned/", [](int r, Communicator& c) {
-    for (int call = 0; call < kCalls; ++call) {
-      for (std::size_t count : {100u, 3000u, 20000u})
-        allreduce_case(c, r, DataType::f32, ReduceOp::sum, count, call % 2);
-      for (std::size_t count : {301u, 5001u, 10000u}) {
-        std::vector<float> want(count), buf(count);
-        for (std::size_t i = 0; i < want.size(); ++i) want[i] = static_cast<float>(i * 3 + call);
-        int root = call % c.size();
-        if (r == root) buf = want;
-        c.broadcast(buf.data(), buf.size(), DataType::f32, root);
-        if (buf != want)
-          throw std::runtime_error("tuned broadcast of " + std::to_string(count) + " call " + std::to_string(call) +
-                                   " rank " + std::to_string(r));
-      }
-    }
-  });
-  // Among 3 the binomial tree is direct: the small broadcast class has nothing to try.
-  const std::size_t classes = w.size == 1 ? 0 : w.size == 2 ? 2 : w.size == 3 ? 5 : 6;
-  for (int r = 0; r < w.size; ++r) {
-    EXPECT_EQ(heard[r].size(), classes) << "rank " << r;
-    EXPECT_EQ(heard[r], heard[0]) << "rank " << r;
-  }
-  // Each class names its candidates: rd and direct below rd_max, all three above.
-  if (w.size > 2) {
-    auto said = [&](const std::string& start, const std::string& names) {
-      for (const std::string& h : heard_text[0])
-        if (h.rfind(start, 0) == 0) return h.find(names) != std::string::npos;
-      return false;
-    };
-    EXPECT_TRUE(said("allreduce of 257-512 ", ": rd ")) << heard_text[0].front();
-    EXPECT_TRUE(said("allreduce of 257-512 ", " us, direct ")) << heard_text[0].front();
-    EXPECT_TRUE(said("allreduce of 8193-16384 ", ": rhd ")) << heard_text[0].front();
-    EXPECT_TRUE(said("allreduce of 8193-16384 ", " us, rd ")) << heard_text[0].front();
-    EXPECT_TRUE(said("allreduce of 8193-16384 ", " us, direct ")) << heard_text[0].front();
-    EXPECT_TRUE(said("broadcast of 16385-32768 ", ": scatter-allgather ")) << heard_text[0].front();
-    EXPECT_TRUE(said("broadcast of 16385-32768 ", " us, binomial ")) << heard_text[0].front();
-    EXPECT_EQ(said("broadcast of 16385-32768 ", " us, direct "), w.size > 3) << heard_text[0].front();
-    EXPECT_EQ(said("broadcast of 1025-2048 ", ": binomial "), w.size > 3) << heard_text[0].front();
-    EXPECT_EQ(said("broadcast of 1025-2048 ", " us, direct "), w.size > 3) << heard_text[0].front();
-    EXPECT_TRUE(said("broadcast of 32769-65536 ", ": chain ")) << heard_text[0].front();
-    EXPECT_TRUE(said("broadcast of 32769-65536 ", " us, bintree ")) << heard_text[0].front();
-    EXPECT_EQ(said("broadcast of 32769-65536 ", " us, direct "), w.size > 3) << heard_text[0].front();
-  }
-}
-
-// Where waits sleep (blocking progress: more ranks than cores), every algorithm of a
-// tuned class is a candidate twice, the second time with waits that sleep at once: an
-// allreduce of 8-16 KiB tries rhd, rd (and direct among 3 or more) and each "+sleep", a
-// chain broadcast class chain, bintree (and direct among 4 or more) and each "+sleep".
-// Every call is checked, whatever runs it, and every rank decides alike.
-TEST_P(Collectives, WhereWaitsSleepTheTunerAlsoTriesSleepingAtOnce) {
-  World w(GetParam());
-  if (w.size < 2) GTEST_SKIP() << "one rank tunes nothing";
-  std::vector<std::vector<std::string>> heard(w.size);
-  std::mutex mu;
-  auto cfg_of = [&](int r) {
-    HostCommConfig c = config(Algorithm::automatic);
-    c.local_size = 1;  // each rank as if alone on its host
-    c.local_rank = 0;
-    c.progress = Progress::block;
-    c.segment = 4096;
-    c.chain_min_bytes = 32 * 1024;
-    c.on_tuned = [&, r](const std::string& text) {
-      std::lock_guard lock(mu);
-      heard[r].push_back(text);
-    };
-    return c;
-  };
-  constexpr int kCalls = Tuner::most_calls(Tuner::kMaxCandidates) + 2;
-  run_ranks(w, cfg_of, "tuned-sleep/", [](int r, Communicator& c) {
-    for (int call = 0; call < kCalls; ++call) {
-      allreduce_case(c, r, DataType::f32, ReduceOp::sum, 3000, call % 2);
-      std::vector<float> want(10000), buf(want.size());
-      for (std::size_t i = 0; i < want.size(); ++i) want[i] = static_cast<float>(i * 7 + call);
-      const int root = call % c.size();
-      if (r == root) buf = want;
-      c.broadcast(buf.data(), buf.size(), DataType::f32, root);
-      if (buf != want) throw std::runtime_error("broadcast call " + std::to_string(call) + " rank " + std::to_string(r));
-    }
-  });
-  for (int r = 0; r < w.size; ++r) EXPECT_EQ(heard[r], heard[0]) << "rank " << r;
-  ASSERT_EQ(heard[0].size(), w.size > 2 ? 2u : 1u);
-  // The class's candidates as its decision names them: "<class>: rhd 120 us, rd 80 us, ... (median".
-  auto names = [&](const std::string& cls) {
-    std::string out;
-    for (const std::string& h : heard[0]) {
-      if (h.rfind(cls, 0) != 0) continue;
-      const std::string first = h.substr(0, h.find(" (median"));
-      static const std::regex candidate("(?:: |, )([a-z+-]+) \\d+ us");
-      for (auto m = std::sregex_iterator(first.begin(), first.end(), candidate); m != std::sregex_iterator(); ++m)
-        out += (*m)[1].str() + ",";
-    }
-    return out;
-  };
-  EXPECT_EQ(names("allreduce of 8193-16384 "),
-            w.size > 2 ? "rhd,rd,direct,rhd+sleep,rd+sleep,direct+sleep," : "rhd,rd,rhd+sleep,rd+sleep,")
-      << heard[0].front();
-  if (w.size > 2)
-    EXPECT_EQ(names("broadcast of 32769-65536 "), w.size > 3 ? "chain,bintree,direct,chain+sleep,bintree+sleep,direct+sleep,"
-                                                            : "chain,bintree,chain+sleep,bintree+sleep,")
-        << heard[0].back();
 }
 
 TEST_P(Collectives, AutomaticAlgorithmMidSizes) {

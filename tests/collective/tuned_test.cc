@@ -1,0 +1,153 @@
+// The tuner (host/tuner.h) on real ranks: which candidates each size class tries, that
+// every call is right whichever runs it, and that every rank decides alike.
+#include "collective_cases.h"
+#include "host/tuner.h"
+
+#include <gtest/gtest.h>
+
+#include <mutex>
+#include <regex>
+#include <string>
+#include <vector>
+
+namespace elasticrun::collective::testing {
+namespace {
+
+class Tuned : public ::testing::TestWithParam<int> {};
+
+// The tuner (host/tuner.h) where the ranks span hosts: an allreduce class below rd_max
+// (rd, direct), two between rd_max and rhd_max (rhd, rd, direct), a broadcast class below
+// scatter_min (binomial, direct), one of scatter-allgather (with binomial and direct) and
+// one above chain_min_bytes (chain, bintree, direct) each run their candidates, agree (twice where
+// an alternative wins the first round), and go on with one; every call is checked, whatever
+// runs it, and every rank hears the same decisions in the same order (what keeps their
+// tags in step). Among 2 ranks direct is rd and the binomial tree: only rd and rhd tune;
+// among 3 the binomial tree is the direct broadcast.
+TEST_P(Tuned, ChoicesAreCorrectAndTheSameOnEveryRank) {
+  World w(GetParam());
+  std::vector<std::vector<std::string>> heard(w.size), heard_text(w.size);
+  std::mutex mu;
+  auto cfg_of = [&](int r) {
+    // Each rank as if alone on its host: no shared memory, no hierarchy, the crossovers
+    // and the tuning of ranks that span hosts (ELASTICRUN_TUNE's default).
+    HostCommConfig c = config(Algorithm::automatic);
+    c.local_size = 1;
+    c.local_rank = 0;
+    c.segment = 4096;
+    c.chain_min_bytes = 32 * 1024;  // so that a chain class is tuned too, at a test's size
+    c.on_tuned = [&, r](const std::string& text) {
+      std::lock_guard lock(mu);
+      heard[r].push_back(text.substr(0, text.find(':')));  // the class, not the times
+      heard_text[r].push_back(text);
+    };
+    return c;
+  };
+  constexpr int kCalls = Tuner::most_calls(Tuner::kMaxAlgorithms) + 2;
+  run_ranks(w, cfg_of, "tuned/", [](int r, Communicator& c) {
+    for (int call = 0; call < kCalls; ++call) {
+      for (std::size_t count : {100u, 3000u, 20000u})
+        allreduce_case(c, r, DataType::f32, ReduceOp::sum, count, call % 2);
+      for (std::size_t count : {301u, 5001u, 10000u}) {
+        std::vector<float> want(count), buf(count);
+        for (std::size_t i = 0; i < want.size(); ++i) want[i] = static_cast<float>(i * 3 + call);
+        int root = call % c.size();
+        if (r == root) buf = want;
+        c.broadcast(buf.data(), buf.size(), DataType::f32, root);
+        if (buf != want)
+          throw std::runtime_error("tuned broadcast of " + std::to_string(count) + " call " + std::to_string(call) +
+                                   " rank " + std::to_string(r));
+      }
+    }
+  });
+  // Among 3 the binomial tree is direct: the small broadcast class has nothing to try.
+  const std::size_t classes = w.size == 1 ? 0 : w.size == 2 ? 2 : w.size == 3 ? 5 : 6;
+  for (int r = 0; r < w.size; ++r) {
+    EXPECT_EQ(heard[r].size(), classes) << "rank " << r;
+    EXPECT_EQ(heard[r], heard[0]) << "rank " << r;
+  }
+  // Each class names its candidates: rd and direct below rd_max, all three above.
+  if (w.size > 2) {
+    auto said = [&](const std::string& start, const std::string& names) {
+      for (const std::string& h : heard_text[0])
+        if (h.rfind(start, 0) == 0) return h.find(names) != std::string::npos;
+      return false;
+    };
+    EXPECT_TRUE(said("allreduce of 257-512 ", ": rd ")) << heard_text[0].front();
+    EXPECT_TRUE(said("allreduce of 257-512 ", " us, direct ")) << heard_text[0].front();
+    EXPECT_TRUE(said("allreduce of 8193-16384 ", ": rhd ")) << heard_text[0].front();
+    EXPECT_TRUE(said("allreduce of 8193-16384 ", " us, rd ")) << heard_text[0].front();
+    EXPECT_TRUE(said("allreduce of 8193-16384 ", " us, direct ")) << heard_text[0].front();
+    EXPECT_TRUE(said("broadcast of 16385-32768 ", ": scatter-allgather ")) << heard_text[0].front();
+    EXPECT_TRUE(said("broadcast of 16385-32768 ", " us, binomial ")) << heard_text[0].front();
+    EXPECT_EQ(said("broadcast of 16385-32768 ", " us, direct "), w.size > 3) << heard_text[0].front();
+    EXPECT_EQ(said("broadcast of 1025-2048 ", ": binomial "), w.size > 3) << heard_text[0].front();
+    EXPECT_EQ(said("broadcast of 1025-2048 ", " us, direct "), w.size > 3) << heard_text[0].front();
+    EXPECT_TRUE(said("broadcast of 32769-65536 ", ": chain ")) << heard_text[0].front();
+    EXPECT_TRUE(said("broadcast of 32769-65536 ", " us, bintree ")) << heard_text[0].front();
+    EXPECT_EQ(said("broadcast of 32769-65536 ", " us, direct "), w.size > 3) << heard_text[0].front();
+  }
+}
+
+// Where waits sleep (blocking progress: more ranks than cores), every algorithm of a
+// tuned class is a candidate twice, the second time with waits that sleep at once: an
+// allreduce of 8-16 KiB tries rhd, rd (and direct among 3 or more) and each "+sleep", a
+// chain broadcast class chain, bintree (and direct among 4 or more) and each "+sleep".
+// Every call is checked, whatever runs it, and every rank decides alike.
+TEST_P(Tuned, WhereWaitsSleepTheTunerAlsoTriesSleepingAtOnce) {
+  World w(GetParam());
+  if (w.size < 2) GTEST_SKIP() << "one rank tunes nothing";
+  std::vector<std::vector<std::string>> heard(w.size);
+  std::mutex mu;
+  auto cfg_of = [&](int r) {
+    HostCommConfig c = config(Algorithm::automatic);
+    c.local_size = 1;  // each rank as if alone on its host
+    c.local_rank = 0;
+    c.progress = Progress::block;
+    c.segment = 4096;
+    c.chain_min_bytes = 32 * 1024;
+    c.on_tuned = [&, r](const std::string& text) {
+      std::lock_guard lock(mu);
+      heard[r].push_back(text);
+    };
+    return c;
+  };
+  constexpr int kCalls = Tuner::most_calls(Tuner::kMaxCandidates) + 2;
+  run_ranks(w, cfg_of, "tuned-sleep/", [](int r, Communicator& c) {
+    for (int call = 0; call < kCalls; ++call) {
+      allreduce_case(c, r, DataType::f32, ReduceOp::sum, 3000, call % 2);
+      std::vector<float> want(10000), buf(want.size());
+      for (std::size_t i = 0; i < want.size(); ++i) want[i] = static_cast<float>(i * 7 + call);
+      const int root = call % c.size();
+      if (r == root) buf = want;
+      c.broadcast(buf.data(), buf.size(), DataType::f32, root);
+      if (buf != want) throw std::runtime_error("broadcast call " + std::to_string(call) + " rank " + std::to_string(r));
+    }
+  });
+  for (int r = 0; r < w.size; ++r) EXPECT_EQ(heard[r], heard[0]) << "rank " << r;
+  ASSERT_EQ(heard[0].size(), w.size > 2 ? 2u : 1u);
+  // The class's candidates as its decision names them: "<class>: rhd 120 us, rd 80 us, ... (median".
+  auto names = [&](const std::string& cls) {
+    std::string out;
+    for (const std::string& h : heard[0]) {
+      if (h.rfind(cls, 0) != 0) continue;
+      const std::string first = h.substr(0, h.find(" (median"));
+      static const std::regex candidate("(?:: |, )([a-z+-]+) \\d+ us");
+      for (auto m = std::sregex_iterator(first.begin(), first.end(), candidate); m != std::sregex_iterator(); ++m)
+        out += (*m)[1].str() + ",";
+    }
+    return out;
+  };
+  EXPECT_EQ(names("allreduce of 8193-16384 "),
+            w.size > 2 ? "rhd,rd,direct,rhd+sleep,rd+sleep,direct+sleep," : "rhd,rd,rhd+sleep,rd+sleep,")
+      << heard[0].front();
+  if (w.size > 2)
+    EXPECT_EQ(names("broadcast of 32769-65536 "), w.size > 3 ? "chain,bintree,direct,chain+sleep,bintree+sleep,direct+sleep,"
+                                                            : "chain,bintree,chain+sleep,bintree+sleep,")
+        << heard[0].back();
+}
+
+INSTANTIATE_TEST_SUITE_P(WorldSizes, Tuned, ::testing::Values(1, 2, 3, 4, 5),
+                         [](const auto& info) { return "np" + std::to_string(info.param); });
+
+}  // namespace
+}  // namespace elasticrun::collective::testing
