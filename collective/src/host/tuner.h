@@ -33,7 +33,10 @@
 // the yielding made the calls of 8 namespace hosts 1.6-1.9x faster across unshaped links
 // (8 B-4 KiB allreduces), and 1.6-2x slower behind 1 ms links (256 KiB-2 MiB
 // broadcasts, 4 KiB allreduces): there every rank waits a millisecond per exchange, and
-// eight ranks yielding for it kept both cores busy (bench/RESULTS.md, session 28).
+// eight ranks yielding for it kept both cores busy (bench/RESULTS.md, session 28). A
+// call leaves the waits as its candidate set them, for whatever the program runs next:
+// set for the class's own calls only, the ranks done early yielded in the barrier that
+// followed a broadcast while the others still forwarded (7.1 ms a call, not 4.4).
 //
 // A Tuner holds the decisions of one set of ranks (a communicator's transport, or the
 // hierarchy's leaders) for the life of that communicator: an elastic epoch, whose new
@@ -142,9 +145,10 @@ class Tuner {
 };
 
 // Runs the candidate the tuner picks for this call (run_algorithm(i) runs candidates'
-// names[i]; 0 is the fixed choice; a sleeping candidate's waits sleep at once for the
-// call), times it, and agrees with the other ranks once the call's size class has its
-// samples. With one candidate it just runs it.
+// names[i]; 0 is the fixed choice), times it, and agrees with the other ranks once the
+// call's size class has its samples. With one candidate it just runs it. Where the class
+// has sleeping candidates, the call first sets st.tp's waits to its candidate's, and
+// they stay so after it, until the next such call.
 template <class F>
 void run_tuned(Step& st, Tuner& tuner, Tuner::Kind k, std::size_t bytes, const Tuner::Candidates& candidates,
                const std::function<void(const std::string&)>& on_tuned, F&& run_algorithm) {

@@ -66,7 +66,6 @@ class UcxTransport final : public Transport {
   void wait(std::span<Request> reqs, Clock::time_point deadline, const char* what) override;
   void cancel_all() override;
 
-  bool blocking() const { return opts_.blocking; }
   bool sleeps() const override { return opts_.blocking; }
   void sleep_at_once(bool yes) override { sleep_at_once_ = yes; }
 
