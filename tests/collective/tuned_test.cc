@@ -5,15 +5,45 @@
 
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <mutex>
+#include <optional>
 #include <regex>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace elasticrun::collective::testing {
 namespace {
 
 class Tuned : public ::testing::TestWithParam<int> {};
+
+// Each rank as if alone on its host: no shared memory, no hierarchy, the crossovers and
+// the tuning of ranks that span hosts (ELASTICRUN_TUNE's default), waits by `progress`
+// (unset: ELASTICRUN_PROGRESS's); 4 KiB segments and a chain from 32 KiB, so that a
+// chain class is tuned at a test's size. Each decision's text goes to `heard`.
+HostCommConfig across_hosts(std::optional<Progress> progress, std::function<void(const std::string&)> heard) {
+  HostCommConfig c = config(Algorithm::automatic);
+  c.local_size = 1;
+  c.local_rank = 0;
+  c.progress = progress;
+  c.segment = 4096;
+  c.chain_min_bytes = 32 * 1024;
+  c.on_tuned = std::move(heard);
+  return c;
+}
+
+// A broadcast of `count` floats from call % size, checked on every rank.
+void broadcast_case(Communicator& c, int r, std::size_t count, int call) {
+  std::vector<float> want(count), buf(count);
+  for (std::size_t i = 0; i < want.size(); ++i) want[i] = static_cast<float>(i * 3 + call);
+  const int root = call % c.size();
+  if (r == root) buf = want;
+  c.broadcast(buf.data(), buf.size(), DataType::f32, root);
+  if (buf != want)
+    throw std::runtime_error("tuned broadcast of " + std::to_string(count) + " call " + std::to_string(call) +
+                             " rank " + std::to_string(r));
+}
 
 // The tuner (host/tuner.h) where the ranks span hosts: an allreduce class below rd_max
 // (rd, direct), two between rd_max and rhd_max (rhd, rd, direct), a broadcast class below
@@ -28,35 +58,18 @@ TEST_P(Tuned, ChoicesAreCorrectAndTheSameOnEveryRank) {
   std::vector<std::vector<std::string>> heard(w.size), heard_text(w.size);
   std::mutex mu;
   auto cfg_of = [&](int r) {
-    // Each rank as if alone on its host: no shared memory, no hierarchy, the crossovers
-    // and the tuning of ranks that span hosts (ELASTICRUN_TUNE's default).
-    HostCommConfig c = config(Algorithm::automatic);
-    c.local_size = 1;
-    c.local_rank = 0;
-    c.segment = 4096;
-    c.chain_min_bytes = 32 * 1024;  // so that a chain class is tuned too, at a test's size
-    c.on_tuned = [&, r](const std::string& text) {
+    return across_hosts(std::nullopt, [&, r](const std::string& text) {
       std::lock_guard lock(mu);
       heard[r].push_back(text.substr(0, text.find(':')));  // the class, not the times
       heard_text[r].push_back(text);
-    };
-    return c;
+    });
   };
   constexpr int kCalls = Tuner::most_calls(Tuner::kMaxAlgorithms) + 2;
   run_ranks(w, cfg_of, "tuned/", [](int r, Communicator& c) {
     for (int call = 0; call < kCalls; ++call) {
       for (std::size_t count : {100u, 3000u, 20000u})
         allreduce_case(c, r, DataType::f32, ReduceOp::sum, count, call % 2);
-      for (std::size_t count : {301u, 5001u, 10000u}) {
-        std::vector<float> want(count), buf(count);
-        for (std::size_t i = 0; i < want.size(); ++i) want[i] = static_cast<float>(i * 3 + call);
-        int root = call % c.size();
-        if (r == root) buf = want;
-        c.broadcast(buf.data(), buf.size(), DataType::f32, root);
-        if (buf != want)
-          throw std::runtime_error("tuned broadcast of " + std::to_string(count) + " call " + std::to_string(call) +
-                                   " rank " + std::to_string(r));
-      }
+      for (std::size_t count : {301u, 5001u, 10000u}) broadcast_case(c, r, count, call);
     }
   });
   // Among 3 the binomial tree is direct: the small broadcast class has nothing to try.
@@ -99,28 +112,16 @@ TEST_P(Tuned, WhereWaitsSleepTheTunerAlsoTriesSleepingAtOnce) {
   std::vector<std::vector<std::string>> heard(w.size);
   std::mutex mu;
   auto cfg_of = [&](int r) {
-    HostCommConfig c = config(Algorithm::automatic);
-    c.local_size = 1;  // each rank as if alone on its host
-    c.local_rank = 0;
-    c.progress = Progress::block;
-    c.segment = 4096;
-    c.chain_min_bytes = 32 * 1024;
-    c.on_tuned = [&, r](const std::string& text) {
+    return across_hosts(Progress::block, [&, r](const std::string& text) {
       std::lock_guard lock(mu);
       heard[r].push_back(text);
-    };
-    return c;
+    });
   };
   constexpr int kCalls = Tuner::most_calls(Tuner::kMaxCandidates) + 2;
   run_ranks(w, cfg_of, "tuned-sleep/", [](int r, Communicator& c) {
     for (int call = 0; call < kCalls; ++call) {
       allreduce_case(c, r, DataType::f32, ReduceOp::sum, 3000, call % 2);
-      std::vector<float> want(10000), buf(want.size());
-      for (std::size_t i = 0; i < want.size(); ++i) want[i] = static_cast<float>(i * 7 + call);
-      const int root = call % c.size();
-      if (r == root) buf = want;
-      c.broadcast(buf.data(), buf.size(), DataType::f32, root);
-      if (buf != want) throw std::runtime_error("broadcast call " + std::to_string(call) + " rank " + std::to_string(r));
+      broadcast_case(c, r, 10000, call);
     }
   });
   for (int r = 0; r < w.size; ++r) EXPECT_EQ(heard[r], heard[0]) << "rank " << r;

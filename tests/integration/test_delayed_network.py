@@ -154,8 +154,8 @@ def test_a_frame_that_waits_for_the_line_is_delayed_from_its_arrival(undelayed):
         finally:
             resumed = time.monotonic()
             os.kill(int(line[0]), signal.SIGCONT)
-        sent, received = map(float, client.stdout.readline().split())
-        client.wait(timeout=10)
+        out, _ = client.communicate(timeout=10)  # the round trip, or a failure here, never a hang
+        sent, received = map(float, out.split())
     finally:
         for p in (server, client):
             if p:
