@@ -45,13 +45,14 @@ void broadcast_case(Communicator& c, int r, std::size_t count, int call) {
                              " rank " + std::to_string(r));
 }
 
-// The tuner (host/tuner.h) where the ranks span hosts: an allreduce class below rd_max
-// (rd, direct), two between rd_max and rhd_max (rhd, rd, direct), a broadcast class below
+// The tuner (host/tuner.h) where the ranks span hosts: two allreduce classes below rd_max
+// (rd and direct up to 512 bytes, rd, rhd and direct above), two between rd_max and
+// rhd_max (rhd, rd, direct), a broadcast class below
 // scatter_min (binomial, direct), one of scatter-allgather (with binomial and direct) and
 // one above chain_min_bytes (chain, bintree, direct) each run their candidates, agree (twice where
 // an alternative wins the first round), and go on with one; every call is checked, whatever
 // runs it, and every rank hears the same decisions in the same order (what keeps their
-// tags in step). Among 2 ranks direct is rd and the binomial tree: only rd and rhd tune;
+// tags in step). Among 2 ranks direct is rd and the binomial tree: only the classes where rd and rhd meet tune;
 // among 3 the binomial tree is the direct broadcast.
 TEST_P(Tuned, ChoicesAreCorrectAndTheSameOnEveryRank) {
   World w(GetParam());
@@ -67,18 +68,18 @@ TEST_P(Tuned, ChoicesAreCorrectAndTheSameOnEveryRank) {
   constexpr int kCalls = Tuner::most_calls(Tuner::kMaxAlgorithms) + 2;
   run_ranks(w, cfg_of, "tuned/", [](int r, Communicator& c) {
     for (int call = 0; call < kCalls; ++call) {
-      for (std::size_t count : {100u, 3000u, 20000u})
+      for (std::size_t count : {100u, 700u, 3000u, 20000u})
         allreduce_case(c, r, DataType::f32, ReduceOp::sum, count, call % 2);
       for (std::size_t count : {301u, 5001u, 10000u}) broadcast_case(c, r, count, call);
     }
   });
   // Among 3 the binomial tree is direct: the small broadcast class has nothing to try.
-  const std::size_t classes = w.size == 1 ? 0 : w.size == 2 ? 2 : w.size == 3 ? 5 : 6;
+  const std::size_t classes = w.size == 1 ? 0 : w.size == 2 ? 3 : w.size == 3 ? 6 : 7;
   for (int r = 0; r < w.size; ++r) {
     EXPECT_EQ(heard[r].size(), classes) << "rank " << r;
     EXPECT_EQ(heard[r], heard[0]) << "rank " << r;
   }
-  // Each class names its candidates: rd and direct below rd_max, all three above.
+  // Each class names its candidates: rd and direct up to 512 bytes, all three above.
   if (w.size > 2) {
     auto said = [&](const std::string& start, const std::string& names) {
       for (const std::string& h : heard_text[0])
@@ -87,6 +88,10 @@ TEST_P(Tuned, ChoicesAreCorrectAndTheSameOnEveryRank) {
     };
     EXPECT_TRUE(said("allreduce of 257-512 ", ": rd ")) << heard_text[0].front();
     EXPECT_TRUE(said("allreduce of 257-512 ", " us, direct ")) << heard_text[0].front();
+    EXPECT_FALSE(said("allreduce of 257-512 ", " us, rhd ")) << heard_text[0].front();
+    EXPECT_TRUE(said("allreduce of 2049-4096 ", ": rd ")) << heard_text[0].front();
+    EXPECT_TRUE(said("allreduce of 2049-4096 ", " us, rhd ")) << heard_text[0].front();
+    EXPECT_TRUE(said("allreduce of 2049-4096 ", " us, direct ")) << heard_text[0].front();
     EXPECT_TRUE(said("allreduce of 8193-16384 ", ": rhd ")) << heard_text[0].front();
     EXPECT_TRUE(said("allreduce of 8193-16384 ", " us, rd ")) << heard_text[0].front();
     EXPECT_TRUE(said("allreduce of 8193-16384 ", " us, direct ")) << heard_text[0].front();

@@ -243,6 +243,29 @@ TEST(Tuner, DirectJoinsAClassWithinItsLimits) {
   EXPECT_FALSE(Tuner::direct_fits(17, 8, 16, kMax));
 }
 
+// Each allreduce class's candidates by name, fixed choice first.
+std::string names(const Tuner::Candidates& c) {
+  std::string s;
+  for (int i = 0; i < c.total(); ++i) s += c.name(i) + ",";
+  return s;
+}
+
+TEST(Tuner, RdClassesTryHalvingWhereEveryCallHoldsAnElementPerRank) {
+  constexpr std::size_t kAbove = 512;
+  // rhd's classes try rd, and direct where it fits.
+  EXPECT_EQ(names(Tuner::allreduce_candidates(true, 8, 10000, kAbove, true, false)), "rhd,rd,direct,");
+  EXPECT_EQ(names(Tuner::allreduce_candidates(true, 2, 10000, kAbove, false, true)), "rhd,rd,rhd+sleep,rd+sleep,");
+  // rd's try rhd from the class above halving_above: 513-1024 bytes, not 257-512.
+  EXPECT_EQ(names(Tuner::allreduce_candidates(false, 8, 513, kAbove, true, false)), "rd,rhd,direct,");
+  EXPECT_EQ(names(Tuner::allreduce_candidates(false, 8, 4096, kAbove, true, false)), "rd,rhd,direct,");
+  EXPECT_EQ(names(Tuner::allreduce_candidates(false, 8, 512, kAbove, true, false)), "rd,direct,");
+  EXPECT_EQ(names(Tuner::allreduce_candidates(false, 2, 2048, kAbove, false, false)), "rd,rhd,");
+  EXPECT_EQ(names(Tuner::allreduce_candidates(false, 2, 100, kAbove, false, false)), "rd,");
+  // Among 128 ranks a call of the 513-1024 class may hold 65 doubles: fewer than the ranks.
+  EXPECT_EQ(names(Tuner::allreduce_candidates(false, 128, 1000, kAbove, false, false)), "rd,");
+  EXPECT_EQ(names(Tuner::allreduce_candidates(false, 128, 1025, kAbove, false, false)), "rd,rhd,");
+}
+
 TEST(Tuner, SizeClassesArePowerOfTwoRanges) {
   EXPECT_EQ(Tuner::size_class(8192), std::make_pair(std::size_t{4096}, std::size_t{8192}));
   EXPECT_EQ(Tuner::size_class(8193), std::make_pair(std::size_t{8192}, std::size_t{16384}));

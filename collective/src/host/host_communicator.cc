@@ -223,7 +223,7 @@ class HostCommunicator final : public elasticrun::Communicator {
 
   // An allreduce among st.tp's ranks over UCX: ring, rd, rhd or direct as forced, else by
   // size (HostCommConfig::Crossover), the same on every rank; where rd or rhd is the fixed
-  // choice, `tuner` (if any) measures it against rd (for rhd) and direct (Tuner::direct_fits).
+  // choice, `tuner` (if any) measures it against Tuner::allreduce_candidates.
   void allreduce_flat(Step& st, Algorithm a, const void* in, void* out, std::size_t count, DataType t, ReduceOp op,
                       Tuner* tuner) {
     const std::size_t bytes = count * size_of(t);
@@ -234,13 +234,13 @@ class HostCommunicator final : public elasticrun::Communicator {
       else allreduce_ring(st, in, out, count, t, op);
     };
     if (a != Algorithm::automatic) return run_one(a);
-    a = bytes <= crossover_.rd_max || count < static_cast<std::size_t>(st.tp.size()) ? Algorithm::rd
-        : bytes <= crossover_.rhd_max                                               ? Algorithm::rhd
-                                                                                   : Algorithm::ring;
+    // rd also where a call of the class may hold fewer elements (of 8 bytes at most) than ranks.
+    const bool few = Tuner::size_class(bytes).first < 8 * static_cast<std::size_t>(st.tp.size());
+    a = bytes <= crossover_.rd_max || few ? Algorithm::rd
+        : bytes <= crossover_.rhd_max ? Algorithm::rhd : Algorithm::ring;
     if (!tuner || a == Algorithm::ring) return run_one(a);
-    const bool rhd = a == Algorithm::rhd;
-    const Tuner::Candidates c{{rhd ? "rhd" : "rd", rhd ? "rd" : "direct", "direct"},
-                              (rhd ? 2 : 1) + direct_ok(st.tp.size(), bytes, cfg_.direct_max_bytes), st.tp.sleeps()};
+    const Tuner::Candidates c = Tuner::allreduce_candidates(a == Algorithm::rhd, st.tp.size(), bytes,
+        cfg_.halving_tuned_above, direct_ok(st.tp.size(), bytes, cfg_.direct_max_bytes), st.tp.sleeps());
     run_tuned(st, *tuner, Tuner::Kind::allreduce, bytes, c, cfg_.on_tuned, [&](int i) {
       const std::string_view name = c.names[i];
       run_one(name == "rhd" ? Algorithm::rhd : name == "rd" ? Algorithm::rd : Algorithm::direct);

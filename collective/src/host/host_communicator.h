@@ -103,6 +103,12 @@ struct HostCommConfig {
   // is tried up to direct_broadcast_max_bytes of them (8 ranks: up to 256 KiB, where behind
   // 1 ms links the chain's 7 hops took 2x Open MPI's root sending to all).
   std::size_t direct_max_bytes = 512 * 1024;
+  // Recursive halving-doubling is also tried in rd's classes (below rd_max) whose calls are
+  // all larger than this and hold an element per rank (Tuner::allreduce_candidates): rd
+  // sends the whole vector log2(n) times, rhd twice its size in 2 log2(n) rounds. Behind
+  // 200 Mbit/s links among 8 hosts, rd is bound by the bytes from 2 KiB: forced, rhd took
+  // 221 and 313 us a call at 2 and 4 KiB, rd 259 and 517 (bench/RESULTS.md, session 29).
+  std::size_t halving_tuned_above = 512;
   std::size_t direct_broadcast_max_bytes = 2 * 1024 * 1024;
   int direct_max_ranks = 16;
   std::size_t chain_min_bytes = 128 * 1024;  // automatic broadcast: the chain above this size

@@ -21,6 +21,15 @@ bool Tuner::direct_fits(int n, std::size_t bytes, int max_ranks, std::size_t max
   return n >= 3 && n <= max_ranks && static_cast<std::size_t>(n - 1) * size_class(bytes).second <= max_bytes;
 }
 
+Tuner::Candidates Tuner::allreduce_candidates(bool rhd, int n, std::size_t bytes, std::size_t halving_above,
+                                              bool direct, bool sleeping) {
+  Candidates c{{rhd ? "rhd" : "rd"}, 1, sleeping};
+  if (rhd) c.add("rd");
+  else if (size_class(bytes).first >= std::max(halving_above, 8 * static_cast<std::size_t>(n))) c.add("rhd");
+  if (direct) c.add("direct");
+  return c;
+}
+
 int Tuner::pick(Kind k, std::size_t bytes) const {
   auto it = entries_.find(key(k, bytes));
   if (it == entries_.end()) return 0;

@@ -83,6 +83,7 @@ class Tuner {
     std::array<const char*, kMaxAlgorithms> names{};
     int count = 0;  // algorithms
     bool sleeping = false;
+    void add(const char* name) { names[count++] = name; }
     int total() const { return sleeping ? 2 * count : count; }
     int algorithm(int candidate) const { return candidate % count; }
     bool sleeps(int candidate) const { return candidate >= count; }
@@ -126,6 +127,12 @@ class Tuner {
   // max_bytes (by the class, not the call, so that every call of a class has the same
   // candidates). HostCommConfig::direct_max_*.
   static bool direct_fits(int n, std::size_t bytes, int max_ranks, std::size_t max_bytes);
+  // The candidates of an automatic allreduce's class among n ranks where rhd (`rhd`) or rd
+  // is the fixed choice: rhd's try rd; rd's try rhd where every call of the class is larger
+  // than halving_above bytes and holds at least one element (of 8 bytes at most) per rank,
+  // as halving needs (HostCommConfig::halving_tuned_above); then direct where `direct`.
+  static Candidates allreduce_candidates(bool rhd, int n, std::size_t bytes, std::size_t halving_above, bool direct,
+                                         bool sleeping);
 
  private:
   struct Entry {
