@@ -47,12 +47,12 @@ void broadcast_case(Communicator& c, int r, std::size_t count, int call) {
 
 // The tuner (host/tuner.h) where the ranks span hosts: two allreduce classes below rd_max
 // (rd and direct up to 512 bytes, rd, rhd and direct above), two between rd_max and
-// rhd_max (rhd, rd, direct), a broadcast class below
-// scatter_min (binomial, direct), one of scatter-allgather (with binomial and direct) and
-// one above chain_min_bytes (chain, bintree, direct) each run their candidates, agree (twice where
-// an alternative wins the first round), and go on with one; every call is checked, whatever
-// runs it, and every rank hears the same decisions in the same order (what keeps their
-// tags in step). Among 2 ranks direct is rd and the binomial tree: only the classes where rd and rhd meet tune;
+// rhd_max (rhd, rd, direct), a broadcast class below scatter_min (binomial, direct), one
+// of scatter-allgather (with binomial and direct) and one above chain_min_bytes (chain,
+// bintree, direct) each run their candidates, agree (twice where an alternative wins the
+// first round), and go on with one; every call is checked, whatever runs it, and every
+// rank hears the same decisions in the same order (what keeps their tags in step). Among
+// 2 ranks direct is rd and the binomial tree: only the classes with rd and rhd tune;
 // among 3 the binomial tree is the direct broadcast.
 TEST_P(Tuned, ChoicesAreCorrectAndTheSameOnEveryRank) {
   World w(GetParam());

@@ -105,9 +105,9 @@ struct HostCommConfig {
   std::size_t direct_max_bytes = 512 * 1024;
   // Recursive halving-doubling is also tried in rd's classes (below rd_max) whose calls are
   // all larger than this and hold an element per rank (Tuner::allreduce_candidates): rd
-  // sends the whole vector log2(n) times, rhd twice its size in 2 log2(n) rounds. Behind
-  // 200 Mbit/s links among 8 hosts, rd is bound by the bytes from 2 KiB: forced, rhd took
-  // 221 and 313 us a call at 2 and 4 KiB, rd 259 and 517 (bench/RESULTS.md, session 29).
+  // sends the whole vector log2(n) times, rhd twice its size in 2 log2(n) rounds. Among 8
+  // hosts behind 100 Mbit/s links the tuner chose rhd at 4 KiB: 579-625 us a call against
+  // rd's 1056 (and Open MPI's 1037); at 1-2 KiB it kept rd (bench/RESULTS.md, session 29).
   std::size_t halving_tuned_above = 512;
   std::size_t direct_broadcast_max_bytes = 2 * 1024 * 1024;
   int direct_max_ranks = 16;
