@@ -44,7 +44,7 @@ class Checker : public collective_checks::Checks<elasticrun::Communicator> {
     comm_.allreduce(&widest, &widest, 1, DataType::i32, ReduceOp::max);
     hierarchy_ = widest > 1 && widest < size();
     if (rank() == 0)
-      std::printf("algorithms: ring rd rhd direct%s%s\n", one_host_ ? " shm" : "", hierarchy_ ? " hier" : "");
+      std::printf("algorithms: ring rd rhd direct twoshot%s%s\n", one_host_ ? " shm" : "", hierarchy_ ? " hier" : "");
   }
 
   void allgatherv(DataType t, std::size_t base) {
@@ -63,7 +63,7 @@ class Checker : public collective_checks::Checks<elasticrun::Communicator> {
 
   void run(std::size_t large) {
     const std::size_t mib2 = large;
-    for (const char* algo : {"ring", "rd", "rhd", "direct", "shm", "hier"}) {
+    for (const char* algo : {"ring", "rd", "rhd", "direct", "twoshot", "shm", "hier"}) {
       if (std::strcmp(algo, "shm") == 0 && !one_host_) continue;
       if (std::strcmp(algo, "hier") == 0 && !hierarchy_) continue;
       ::setenv("ELASTICRUN_ALGORITHM", algo, 1);

@@ -31,6 +31,7 @@ inline const char* name_of(Algorithm a) {
     case Algorithm::rhd: return "rhd/";
     case Algorithm::shm: return "shm/";
     case Algorithm::direct: return "direct/";
+    case Algorithm::twoshot: return "twoshot/";
     default: return "auto/";
   }
 }

@@ -40,7 +40,7 @@ class Collectives : public ::testing::TestWithParam<int> {};
 
 TEST_P(Collectives, AllreduceEveryTypeAndOp) {
   World w(GetParam());
-  for (Algorithm a : {Algorithm::ring, Algorithm::rd, Algorithm::rhd, Algorithm::direct, Algorithm::shm})
+  for (Algorithm a : {Algorithm::ring, Algorithm::rd, Algorithm::rhd, Algorithm::direct, Algorithm::twoshot, Algorithm::shm})
     run_ranks(w, config(a), name_of(a), [](int r, Communicator& c) {
       for (DataType t : kAllTypes)
         for (ReduceOp op : kAllOps)
@@ -64,7 +64,7 @@ TEST_P(Collectives, AllreduceSharedMemoryRounds) {
 
 TEST_P(Collectives, AllreduceLarge) {
   World w(GetParam());
-  for (Algorithm a : {Algorithm::ring, Algorithm::rd, Algorithm::rhd, Algorithm::direct, Algorithm::shm})
+  for (Algorithm a : {Algorithm::ring, Algorithm::rd, Algorithm::rhd, Algorithm::direct, Algorithm::twoshot, Algorithm::shm})
     run_ranks(w, config(a), name_of(a), [](int r, Communicator& c) {
       for (bool in_place : {false, true}) allreduce_case(c, r, DataType::f32, ReduceOp::sum, kLarge, in_place);
       allreduce_case(c, r, DataType::f16, ReduceOp::avg, 300001, false);

@@ -302,13 +302,14 @@ TEST(AlgorithmSetting, ParsesEveryNameAndRefusesOthers) {
   EXPECT_EQ(parse_algorithm("rd", "X"), Algorithm::rd);
   EXPECT_EQ(parse_algorithm("rhd", "X"), Algorithm::rhd);
   EXPECT_EQ(parse_algorithm("direct", "X"), Algorithm::direct);
+  EXPECT_EQ(parse_algorithm("twoshot", "X"), Algorithm::twoshot);
   for (const char* bad : {"", "SHM", "ring ", "tree"}) {
     try {
       parse_algorithm(bad, "ELASTICRUN_ALGORITHM");
       ADD_FAILURE() << "accepted '" << bad << "'";
     } catch (const Error& e) {
       EXPECT_EQ(std::string(e.what()), std::string("ELASTICRUN_ALGORITHM: unknown algorithm '") + bad +
-                                           "' (expected auto, shm, hier, ring, rd, rhd or direct)");
+                                           "' (expected auto, shm, hier, ring, rd, rhd, direct or twoshot)");
     }
   }
 }

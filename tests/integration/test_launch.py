@@ -66,7 +66,7 @@ def test_allreduce_check_on_uneven_hosts_includes_hierarchical(job):
     r = job.run(["-np", 3, "-H", "localhost:2,127.0.0.2:1", EXAMPLES / "allreduce_check"], timeout=300)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert r.stdout.count("allreduce_check: OK") == 3
-    assert "algorithms: ring rd rhd direct hier" in r.stdout
+    assert "algorithms: ring rd rhd direct twoshot hier" in r.stdout
 
 
 @pytest.mark.skipif(not (EXAMPLES / "allreduce_check").exists(), reason="allreduce_check not built")

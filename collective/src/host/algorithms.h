@@ -55,6 +55,9 @@ void allreduce_rd(Step& st, const void* in, void* out, std::size_t count, DataTy
 // One exchange: every rank sends its vector to every other and folds all n in rank order.
 void allreduce_direct(Step& st, const void* in, void* out, std::size_t count, DataType t, ReduceOp op);
 void allreduce_rhd(Step& st, const void* in, void* out, std::size_t count, DataType t, ReduceOp op);
+// Two exchanges: a reduce-scatter by direct sends (rank q reduces block q), then an
+// allgather of the reduced blocks by direct sends.
+void allreduce_twoshot(Step& st, const void* in, void* out, std::size_t count, DataType t, ReduceOp op);
 // `count` elements per rank: rank r gets block r of the n x count input, reduced.
 void reduce_scatter_ring(Step& st, const void* in, void* out, std::size_t count, DataType t, ReduceOp op);
 void reduce_scatter_halving(Step& st, const void* in, void* out, std::size_t count, DataType t, ReduceOp op);

@@ -221,7 +221,7 @@ class HostCommunicator final : public elasticrun::Communicator {
     return Tuner::direct_fits(n, bytes, cfg_.direct_max_ranks, most);
   }
 
-  // An allreduce among st.tp's ranks over UCX: ring, rd, rhd or direct as forced, else by
+  // An allreduce among st.tp's ranks over UCX: ring, rd, rhd, direct or twoshot as forced, else by
   // size (HostCommConfig::Crossover), the same on every rank; where rd or rhd is the fixed
   // choice, `tuner` (if any) measures it against Tuner::allreduce_candidates.
   void allreduce_flat(Step& st, Algorithm a, const void* in, void* out, std::size_t count, DataType t, ReduceOp op,
@@ -231,6 +231,7 @@ class HostCommunicator final : public elasticrun::Communicator {
       if (x == Algorithm::rd) allreduce_rd(st, in, out, count, t, op);
       else if (x == Algorithm::rhd) allreduce_rhd(st, in, out, count, t, op);
       else if (x == Algorithm::direct) allreduce_direct(st, in, out, count, t, op);
+      else if (x == Algorithm::twoshot) allreduce_twoshot(st, in, out, count, t, op);
       else allreduce_ring(st, in, out, count, t, op);
     };
     if (a != Algorithm::automatic) return run_one(a);
@@ -241,10 +242,8 @@ class HostCommunicator final : public elasticrun::Communicator {
     if (!tuner || a == Algorithm::ring) return run_one(a);
     const Tuner::Candidates c = Tuner::allreduce_candidates(a == Algorithm::rhd, st.tp.size(), bytes,
         cfg_.halving_tuned_above, direct_ok(st.tp.size(), bytes, cfg_.direct_max_bytes), st.tp.sleeps());
-    run_tuned(st, *tuner, Tuner::Kind::allreduce, bytes, c, cfg_.on_tuned, [&](int i) {
-      const std::string_view name = c.names[i];
-      run_one(name == "rhd" ? Algorithm::rhd : name == "rd" ? Algorithm::rd : Algorithm::direct);
-    });
+    run_tuned(st, *tuner, Tuner::Kind::allreduce, bytes, c, cfg_.on_tuned,
+              [&](int i) { run_one(parse_algorithm(c.names[i], "tuned allreduce")); });
   }
 
   // The two levels of a hierarchical allreduce, as this rank sees them.
