@@ -47,13 +47,14 @@ void broadcast_case(Communicator& c, int r, std::size_t count, int call) {
 
 // The tuner (host/tuner.h) where the ranks span hosts: two allreduce classes below rd_max
 // (rd and direct up to 512 bytes, rd, rhd and direct above), two between rd_max and
-// rhd_max (rhd, rd, direct), a broadcast class below scatter_min (binomial, direct), one
-// of scatter-allgather (with binomial and direct) and one above chain_min_bytes (chain,
-// bintree, direct) each run their candidates, agree (twice where an alternative wins the
-// first round), and go on with one; every call is checked, whatever runs it, and every
-// rank hears the same decisions in the same order (what keeps their tags in step). Among
-// 2 ranks direct is rd and the binomial tree: only the classes with rd and rhd tune;
-// among 3 the binomial tree is the direct broadcast.
+// rhd_max (rhd, rd, direct), one of the ring (with rhd and twoshot), a broadcast class
+// below scatter_min (binomial, direct), one of scatter-allgather (with binomial and
+// direct) and one above chain_min_bytes (chain, bintree, direct) each run their
+// candidates, agree (twice where an alternative wins the first round), and go on with
+// one; every call is checked, whatever runs it, and every rank hears the same decisions
+// in the same order (what keeps their tags in step). Among 2 ranks direct is rd and the
+// binomial tree, and two-shot is rhd: only the allreduce classes with rd, rhd or the
+// ring tune; among 3 the binomial tree is the direct broadcast.
 TEST_P(Tuned, ChoicesAreCorrectAndTheSameOnEveryRank) {
   World w(GetParam());
   std::vector<std::vector<std::string>> heard(w.size), heard_text(w.size);
@@ -68,13 +69,13 @@ TEST_P(Tuned, ChoicesAreCorrectAndTheSameOnEveryRank) {
   constexpr int kCalls = Tuner::most_calls(Tuner::kMaxAlgorithms) + 2;
   run_ranks(w, cfg_of, "tuned/", [](int r, Communicator& c) {
     for (int call = 0; call < kCalls; ++call) {
-      for (std::size_t count : {100u, 700u, 3000u, 20000u})
+      for (std::size_t count : {100u, 700u, 3000u, 20000u, 40000u})
         allreduce_case(c, r, DataType::f32, ReduceOp::sum, count, call % 2);
       for (std::size_t count : {301u, 5001u, 10000u}) broadcast_case(c, r, count, call);
     }
   });
   // Among 3 the binomial tree is direct: the small broadcast class has nothing to try.
-  const std::size_t classes = w.size == 1 ? 0 : w.size == 2 ? 3 : w.size == 3 ? 6 : 7;
+  const std::size_t classes = w.size == 1 ? 0 : w.size == 2 ? 4 : w.size == 3 ? 7 : 8;
   for (int r = 0; r < w.size; ++r) {
     EXPECT_EQ(heard[r].size(), classes) << "rank " << r;
     EXPECT_EQ(heard[r], heard[0]) << "rank " << r;
@@ -95,6 +96,9 @@ TEST_P(Tuned, ChoicesAreCorrectAndTheSameOnEveryRank) {
     EXPECT_TRUE(said("allreduce of 8193-16384 ", ": rhd ")) << heard_text[0].front();
     EXPECT_TRUE(said("allreduce of 8193-16384 ", " us, rd ")) << heard_text[0].front();
     EXPECT_TRUE(said("allreduce of 8193-16384 ", " us, direct ")) << heard_text[0].front();
+    EXPECT_TRUE(said("allreduce of 131073-262144 ", ": ring ")) << heard_text[0].front();
+    EXPECT_TRUE(said("allreduce of 131073-262144 ", " us, rhd ")) << heard_text[0].front();
+    EXPECT_TRUE(said("allreduce of 131073-262144 ", " us, twoshot ")) << heard_text[0].front();
     EXPECT_TRUE(said("broadcast of 16385-32768 ", ": scatter-allgather ")) << heard_text[0].front();
     EXPECT_TRUE(said("broadcast of 16385-32768 ", " us, binomial ")) << heard_text[0].front();
     EXPECT_EQ(said("broadcast of 16385-32768 ", " us, direct "), w.size > 3) << heard_text[0].front();

@@ -252,18 +252,27 @@ std::string names(const Tuner::Candidates& c) {
 
 TEST(Tuner, RdClassesTryHalvingWhereEveryCallHoldsAnElementPerRank) {
   constexpr std::size_t kAbove = 512;
+  auto of = [](const char* fixed, int n, std::size_t bytes, bool direct, bool sleeping = false) {
+    return names(Tuner::allreduce_candidates(fixed, n, bytes, kAbove, direct, true, sleeping));
+  };
   // rhd's classes try rd, and direct where it fits.
-  EXPECT_EQ(names(Tuner::allreduce_candidates(true, 8, 10000, kAbove, true, false)), "rhd,rd,direct,");
-  EXPECT_EQ(names(Tuner::allreduce_candidates(true, 2, 10000, kAbove, false, true)), "rhd,rd,rhd+sleep,rd+sleep,");
+  EXPECT_EQ(of("rhd", 8, 10000, true), "rhd,rd,direct,");
+  EXPECT_EQ(of("rhd", 2, 10000, false, true), "rhd,rd,rhd+sleep,rd+sleep,");
   // rd's try rhd from the class above halving_above: 513-1024 bytes, not 257-512.
-  EXPECT_EQ(names(Tuner::allreduce_candidates(false, 8, 513, kAbove, true, false)), "rd,rhd,direct,");
-  EXPECT_EQ(names(Tuner::allreduce_candidates(false, 8, 4096, kAbove, true, false)), "rd,rhd,direct,");
-  EXPECT_EQ(names(Tuner::allreduce_candidates(false, 8, 512, kAbove, true, false)), "rd,direct,");
-  EXPECT_EQ(names(Tuner::allreduce_candidates(false, 2, 2048, kAbove, false, false)), "rd,rhd,");
-  EXPECT_EQ(names(Tuner::allreduce_candidates(false, 2, 100, kAbove, false, false)), "rd,");
+  EXPECT_EQ(of("rd", 8, 513, true), "rd,rhd,direct,");
+  EXPECT_EQ(of("rd", 8, 4096, true), "rd,rhd,direct,");
+  EXPECT_EQ(of("rd", 8, 512, true), "rd,direct,");
+  EXPECT_EQ(of("rd", 2, 2048, false), "rd,rhd,");
+  EXPECT_EQ(of("rd", 2, 100, false), "rd,");
   // Among 128 ranks a call of the 513-1024 class may hold 65 doubles: fewer than the ranks.
-  EXPECT_EQ(names(Tuner::allreduce_candidates(false, 128, 1000, kAbove, false, false)), "rd,");
-  EXPECT_EQ(names(Tuner::allreduce_candidates(false, 128, 1025, kAbove, false, false)), "rd,rhd,");
+  EXPECT_EQ(of("rd", 128, 1000, false), "rd,");
+  EXPECT_EQ(of("rd", 128, 1025, false), "rd,rhd,");
+}
+
+TEST(Tuner, RingClassesTryHalvingAndTwoShot) {
+  EXPECT_EQ(names(Tuner::allreduce_candidates("ring", 8, 300000, 512, false, true, false)), "ring,rhd,twoshot,");
+  EXPECT_EQ(names(Tuner::allreduce_candidates("ring", 2, 300000, 512, false, false, true)),
+            "ring,rhd,ring+sleep,rhd+sleep,");
 }
 
 TEST(Tuner, SizeClassesArePowerOfTwoRanges) {

@@ -221,9 +221,9 @@ class HostCommunicator final : public elasticrun::Communicator {
     return Tuner::direct_fits(n, bytes, cfg_.direct_max_ranks, most);
   }
 
-  // An allreduce among st.tp's ranks over UCX: ring, rd, rhd, direct or twoshot as forced, else by
-  // size (HostCommConfig::Crossover), the same on every rank; where rd or rhd is the fixed
-  // choice, `tuner` (if any) measures it against Tuner::allreduce_candidates.
+  // An allreduce among st.tp's ranks over UCX: ring, rd, rhd, direct or twoshot as forced,
+  // else by size (HostCommConfig::Crossover), the same on every rank; `tuner` (if any)
+  // measures that against Tuner::allreduce_candidates, the ring up to ring_tuned_max.
   void allreduce_flat(Step& st, Algorithm a, const void* in, void* out, std::size_t count, DataType t, ReduceOp op,
                       Tuner* tuner) {
     const std::size_t bytes = count * size_of(t);
@@ -235,13 +235,14 @@ class HostCommunicator final : public elasticrun::Communicator {
       else allreduce_ring(st, in, out, count, t, op);
     };
     if (a != Algorithm::automatic) return run_one(a);
-    // rd also where a call of the class may hold fewer elements (of 8 bytes at most) than ranks.
-    const bool few = Tuner::size_class(bytes).first < 8 * static_cast<std::size_t>(st.tp.size());
+    const int n = st.tp.size();
+    const bool few = Tuner::size_class(bytes).first < 8 * static_cast<std::size_t>(n);  // Crossover
     a = bytes <= crossover_.rd_max || few ? Algorithm::rd
         : bytes <= crossover_.rhd_max ? Algorithm::rhd : Algorithm::ring;
-    if (!tuner || a == Algorithm::ring) return run_one(a);
-    const Tuner::Candidates c = Tuner::allreduce_candidates(a == Algorithm::rhd, st.tp.size(), bytes,
-        cfg_.halving_tuned_above, direct_ok(st.tp.size(), bytes, cfg_.direct_max_bytes), st.tp.sleeps());
+    if (!tuner || (a == Algorithm::ring && Tuner::size_class(bytes).second > cfg_.ring_tuned_max)) return run_one(a);
+    const Tuner::Candidates c = Tuner::allreduce_candidates(
+        a == Algorithm::rd ? "rd" : a == Algorithm::rhd ? "rhd" : "ring", n, bytes, cfg_.halving_tuned_above,
+        direct_ok(n, bytes, cfg_.direct_max_bytes), n >= 3 && n <= cfg_.direct_max_ranks, st.tp.sleeps());
     run_tuned(st, *tuner, Tuner::Kind::allreduce, bytes, c, cfg_.on_tuned,
               [&](int i) { run_one(parse_algorithm(c.names[i], "tuned allreduce")); });
   }

@@ -64,7 +64,8 @@ struct HostCommConfig {
   std::size_t segment_bytes = 256 * 1024;
   std::size_t net_segment_bytes = 32 * 1024;
   int window = 4;                          // receives posted ahead in pipelines
-  // The automatic flat allreduce: recursive doubling up to rd_max bytes, recursive
+  // The automatic flat allreduce: recursive doubling up to rd_max bytes (and in a size
+  // class whose calls may hold fewer elements, of 8 bytes at most, than ranks), recursive
   // halving-doubling up to rhd_max, the ring above. `crossover` if set, else by layout
   // (the same on every rank). Where the ranks span hosts the bytes on the links are the
   // cost from a few KiB up (on 8 namespace hosts behind 200 Mbit/s links rhd took 1.3-2.2x
@@ -109,6 +110,14 @@ struct HostCommConfig {
   // hosts behind 100 Mbit/s links the tuner chose rhd at 4 KiB: 579-625 us a call against
   // rd's 1056 (and Open MPI's 1037); at 1-2 KiB it kept rd (bench/RESULTS.md, session 29).
   std::size_t halving_tuned_above = 512;
+  // The ring's classes (above rhd_max) up to this are tuned too: the ring against rhd and,
+  // among 3 to direct_max_ranks, the two-shot allreduce (a reduce-scatter and an allgather
+  // in one exchange each). Forced among 8 hosts (bench/RESULTS.md, session 29): behind
+  // 500 us links at 256 KiB the ring's 14 exchanges took 16 ms, rhd 10-11, two-shot 7;
+  // on unshaped links rhd took 0.5-0.9x the ring's time at 256 KiB-1 MiB; behind
+  // 200 Mbit/s links the ring and two-shot were level and rhd 1.3x slower at 256 KiB.
+  // Above it every candidate is bound by the bytes, and each trial call costs more.
+  std::size_t ring_tuned_max = 1024 * 1024;
   std::size_t direct_broadcast_max_bytes = 2 * 1024 * 1024;
   int direct_max_ranks = 16;
   std::size_t chain_min_bytes = 128 * 1024;  // automatic broadcast: the chain above this size

@@ -21,9 +21,17 @@ bool Tuner::direct_fits(int n, std::size_t bytes, int max_ranks, std::size_t max
   return n >= 3 && n <= max_ranks && static_cast<std::size_t>(n - 1) * size_class(bytes).second <= max_bytes;
 }
 
-Tuner::Candidates Tuner::allreduce_candidates(bool rhd, int n, std::size_t bytes, std::size_t halving_above,
-                                              bool direct, bool sleeping) {
-  Candidates c{{rhd ? "rhd" : "rd"}, 1, sleeping};
+Tuner::Candidates Tuner::allreduce_candidates(std::string_view fixed, int n, std::size_t bytes,
+                                              std::size_t halving_above, bool direct, bool twoshot, bool sleeping) {
+  Candidates c{{}, 0, sleeping};
+  if (fixed == "ring") {
+    c.add("ring");
+    c.add("rhd");
+    if (twoshot) c.add("twoshot");
+    return c;
+  }
+  const bool rhd = fixed == "rhd";
+  c.add(rhd ? "rhd" : "rd");
   if (rhd) c.add("rd");
   else if (size_class(bytes).first >= std::max(halving_above, 8 * static_cast<std::size_t>(n))) c.add("rhd");
   if (direct) c.add("direct");

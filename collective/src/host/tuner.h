@@ -52,6 +52,7 @@
 #include <functional>
 #include <map>
 #include <string>
+#include <string_view>
 #include <utility>
 
 namespace elasticrun::collective {
@@ -127,12 +128,13 @@ class Tuner {
   // max_bytes (by the class, not the call, so that every call of a class has the same
   // candidates). HostCommConfig::direct_max_*.
   static bool direct_fits(int n, std::size_t bytes, int max_ranks, std::size_t max_bytes);
-  // The candidates of an automatic allreduce's class among n ranks where rhd (`rhd`) or rd
-  // is the fixed choice: rhd's try rd; rd's try rhd where every call of the class is larger
-  // than halving_above bytes and holds at least one element (of 8 bytes at most) per rank,
-  // as halving needs (HostCommConfig::halving_tuned_above); then direct where `direct`.
-  static Candidates allreduce_candidates(bool rhd, int n, std::size_t bytes, std::size_t halving_above, bool direct,
-                                         bool sleeping);
+  // The candidates of an automatic allreduce's class among n ranks, after its `fixed`
+  // choice: rd's try rhd where every call of the class is larger than halving_above bytes
+  // and holds at least one element (of 8 bytes at most) per rank, as halving needs
+  // (HostCommConfig::halving_tuned_above), and direct where `direct`; rhd's try rd and
+  // direct where `direct`; the ring's try rhd and twoshot where `twoshot`.
+  static Candidates allreduce_candidates(std::string_view fixed, int n, std::size_t bytes, std::size_t halving_above,
+                                         bool direct, bool twoshot, bool sleeping);
 
  private:
   struct Entry {
