@@ -1,10 +1,12 @@
 // What the collective tests share: a configuration by algorithm, the check of a result
-// against the local reference (test_data.h), and one allreduce checked end to end.
+// against the local reference (test_data.h), and one allreduce, allgather or
+// reduce-scatter checked end to end.
 #pragma once
 
 #include "rank_fixture.h"
 #include "test_data.h"
 
+#include <algorithm>
 #include <chrono>
 #include <stdexcept>
 #include <string>
@@ -51,6 +53,38 @@ inline void allreduce_case(Communicator& c, int r, DataType t, ReduceOp op, std:
     CHECK_SAME(in, input(t, op, r, count), size_of(t), ctx("allreduce input clobbered", r, t, op, count, false));
   }
   CHECK_SAME(out, reduced(t, op, c.size(), count), size_of(t), ctx("allreduce", r, t, op, count, in_place));
+}
+
+// Every rank's `count` i32s gathered (in place: from this rank's own block of the output).
+inline void allgather_case(Communicator& c, int r, std::size_t count, bool in_place) {
+  const DataType t = DataType::i32;
+  Buf want;
+  for (int q = 0; q < c.size(); ++q) {
+    Buf part = input(t, ReduceOp::sum, q, count);
+    want.insert(want.end(), part.begin(), part.end());
+  }
+  Buf in = input(t, ReduceOp::sum, r, count), out(want.size());
+  const unsigned char* src = in.data();
+  if (in_place) {
+    std::copy(in.begin(), in.end(), out.begin() + r * in.size());
+    src = out.data() + r * in.size();
+  }
+  c.allgather(src, out.data(), count, t);
+  CHECK_SAME(out, want, 4, ctx("allgather", r, t, ReduceOp::sum, count, in_place));
+}
+
+// Block r of the ranks' size() x count inputs, reduced (in place: into this rank's own
+// block of the input); out of place the input is left as it was.
+inline void reduce_scatter_case(Communicator& c, int r, DataType t, ReduceOp op, std::size_t count, bool in_place) {
+  const std::size_t n = static_cast<std::size_t>(c.size());
+  Buf in = input(t, op, r, count * n), out(count * size_of(t));
+  unsigned char* dst = in_place ? in.data() + count * r * size_of(t) : out.data();
+  c.reduce_scatter(in.data(), dst, count, t, op);
+  Buf got(dst, dst + out.size());
+  CHECK_SAME(got, reduced(t, op, c.size(), count, count * r), size_of(t),
+             ctx("reduce_scatter", r, t, op, count, in_place));
+  if (!in_place)
+    CHECK_SAME(in, input(t, op, r, count * n), size_of(t), ctx("reduce_scatter input clobbered", r, t, op, count, false));
 }
 
 }  // namespace elasticrun::collective::testing

@@ -1,6 +1,7 @@
 // Every collective, checked against a local reference, for world sizes 1..5, every
 // allreduce algorithm (ring, recursive doubling, recursive halving-doubling, direct,
-// shared memory), several sizes (0, 1, odd, ~8 MiB), in place and out of place.
+// two-shot, shared memory), the direct broadcast, allgather and reduce-scatter, several
+// sizes (0, 1, odd, ~8 MiB), in place and out of place.
 #include "collective_cases.h"
 
 #include <gtest/gtest.h>
@@ -98,28 +99,21 @@ TEST_P(Collectives, Broadcast) {
   });
 }
 
+// The ways an allgather or reduce-scatter can go: those of every collective, and direct.
+std::vector<Path> gather_paths() {
+  std::vector<Path> all = paths();
+  all.push_back({"direct/", config(Algorithm::direct)});
+  return all;
+}
+
 TEST_P(Collectives, AllgatherAndAllgatherv) {
   World w(GetParam());
-  for (const Path& p : paths())
+  for (const Path& p : gather_paths())
     run_ranks(w, p.cfg, "ag/" + p.name, [](int r, Communicator& c) {
     int n = c.size();
     const DataType t = DataType::i32;
     for (std::size_t count : {0u, 1u, 1023u, 1u << 20})
-      for (bool in_place : {false, true}) {
-        Buf want;
-        for (int q = 0; q < n; ++q) {
-          Buf part = input(t, ReduceOp::sum, q, count);
-          want.insert(want.end(), part.begin(), part.end());
-        }
-        Buf in = input(t, ReduceOp::sum, r, count), out(want.size());
-        const unsigned char* src = in.data();
-        if (in_place) {
-          std::copy(in.begin(), in.end(), out.begin() + r * in.size());
-          src = out.data() + r * in.size();
-        }
-        c.allgather(src, out.data(), count, t);
-        CHECK_SAME(out, want, 4, ctx("allgather", r, t, ReduceOp::sum, count, in_place));
-      }
+      for (bool in_place : {false, true}) allgather_case(c, r, count, in_place);
     // Uneven counts, including empty contributions.
     std::vector<std::size_t> counts(n);
     for (int q = 0; q < n; ++q) counts[q] = (q % 3 == 1) ? 0 : 1000 * q + 17;
@@ -136,21 +130,12 @@ TEST_P(Collectives, AllgatherAndAllgatherv) {
 
 TEST_P(Collectives, ReduceScatter) {
   World w(GetParam());
-  for (const Path& p : paths())
+  for (const Path& p : gather_paths())
     run_ranks(w, p.cfg, "rs/" + p.name, [](int r, Communicator& c) {
-    int n = c.size();
     for (DataType t : {DataType::f32, DataType::i32, DataType::bf16})
       for (ReduceOp op : kAllOps)
         for (std::size_t count : {0u, 1u, 1023u, 200000u})
-          for (bool in_place : {false, true}) {
-            Buf in = input(t, op, r, count * n);
-            Buf want = reduced(t, op, n, count, count * r);
-            Buf out(count * size_of(t));
-            unsigned char* dst = in_place ? in.data() + count * r * size_of(t) : out.data();
-            c.reduce_scatter(in.data(), dst, count, t, op);
-            Buf got(dst, dst + out.size());
-            CHECK_SAME(got, want, size_of(t), ctx("reduce_scatter", r, t, op, count, in_place));
-          }
+          for (bool in_place : {false, true}) reduce_scatter_case(c, r, t, op, count, in_place);
   });
 }
 

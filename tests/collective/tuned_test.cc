@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <functional>
 #include <mutex>
 #include <optional>
@@ -150,10 +151,68 @@ TEST_P(Tuned, WhereWaitsSleepTheTunerAlsoTriesSleepingAtOnce) {
   EXPECT_EQ(names("allreduce of 8193-16384 "),
             w.size > 2 ? "rhd,rd,direct,rhd+sleep,rd+sleep,direct+sleep," : "rhd,rd,rhd+sleep,rd+sleep,")
       << heard[0].front();
-  if (w.size > 2)
+  if (w.size > 2) {
     EXPECT_EQ(names("broadcast of 32769-65536 "), w.size > 3 ? "chain,bintree,direct,chain+sleep,bintree+sleep,direct+sleep,"
                                                             : "chain,bintree,chain+sleep,bintree+sleep,")
         << heard[0].back();
+  }
+}
+
+// Allgathers of equal blocks and reduce-scatters are tuned too, by their whole vector
+// (the result, the input): up to few_rounds_max (64 KiB across hosts) Bruck's allgather
+// and the halving reduce-scatter against the ring and direct, above it the ring against
+// those, up to ring_tuned_max. Among 2 ranks all three are one exchange: nothing is
+// tuned. Unequal blocks run the ring untuned, whatever the class of equal ones decided.
+// Every call is checked, and every rank hears the same decisions in the same order.
+TEST_P(Tuned, AllgatherAndReduceScatterTryTheRingBruckHalvingAndDirect) {
+  World w(GetParam());
+  std::vector<std::vector<std::string>> heard(w.size);
+  std::mutex mu;
+  auto cfg_of = [&](int r) {
+    return across_hosts(std::nullopt, [&, r](const std::string& text) {
+      std::lock_guard lock(mu);
+      heard[r].push_back(text);
+    });
+  };
+  constexpr int kCalls = Tuner::most_calls(Tuner::kMaxCandidates) + 2;
+  // 1000 i32s a rank: at most 20000 bytes (Bruck's, halving); 9000: from 108000 (the ring).
+  run_ranks(w, cfg_of, "tuned-gather/", [](int r, Communicator& c) {
+    std::vector<std::size_t> uneven(c.size());
+    for (int q = 0; q < c.size(); ++q) uneven[q] = 1000 + 7 * q;
+    for (int call = 0; call < kCalls; ++call) {
+      for (std::size_t count : {1000u, 9000u}) {
+        allgather_case(c, r, count, call % 2);
+        reduce_scatter_case(c, r, DataType::f32, ReduceOp::sum, count, call % 2);
+      }
+      Buf want, in = input(DataType::i32, ReduceOp::sum, r, uneven[r]);
+      for (int q = 0; q < c.size(); ++q) {
+        Buf part = input(DataType::i32, ReduceOp::sum, q, uneven[q]);
+        want.insert(want.end(), part.begin(), part.end());
+      }
+      Buf out(want.size());
+      c.allgatherv(in.data(), out.data(), uneven, DataType::i32);
+      CHECK_SAME(out, want, 4, ctx("allgatherv", r, DataType::i32, ReduceOp::sum, uneven[r], false));
+    }
+  });
+  for (int r = 0; r < w.size; ++r) EXPECT_EQ(heard[r], heard[0]) << "rank " << r;
+  // Each decision's kind and candidates, "allgather: bruck,ring,direct", sorted (a class
+  // whose alternative wins the first round decides a round later).
+  std::vector<std::string> got;
+  for (const std::string& h : heard[0]) {
+    std::string line = h.substr(0, h.find(' '));
+    line += ':';
+    const std::string first = h.substr(0, h.find(" (median"));
+    static const std::regex candidate("(?:: |, )([a-z+-]+) \\d+ us");
+    for (auto m = std::sregex_iterator(first.begin(), first.end(), candidate); m != std::sregex_iterator(); ++m)
+      line.append(1, line.back() == ':' ? ' ' : ',').append((*m)[1].str());
+    got.push_back(line);
+  }
+  std::sort(got.begin(), got.end());
+  const std::vector<std::string> want =
+      w.size < 3 ? std::vector<std::string>{}
+                 : std::vector<std::string>{"allgather: bruck,ring,direct", "allgather: ring,bruck,direct",
+                                            "reduce_scatter: halving,ring,direct", "reduce_scatter: ring,halving,direct"};
+  EXPECT_EQ(got, want) << (heard[0].empty() ? "" : heard[0].front());
 }
 
 INSTANTIATE_TEST_SUITE_P(WorldSizes, Tuned, ::testing::Values(1, 2, 3, 4, 5),

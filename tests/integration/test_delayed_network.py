@@ -223,15 +223,18 @@ def test_the_tuner_measures_the_delayed_network_and_every_rank_agrees(job, undel
     tuner measures it, recursive doubling (3 exchanges among 3 hosts) and direct (one) on
     the first calls and keeps direct; where they pick scatter-allgather (a broadcast of as
     much), it measures it against the binomial tree (among 3 hosts also the direct
-    broadcast: the root sends to both) and keeps the tree. Every rank logs the same
-    decisions. Each winner ran a second round against the fixed choice, and won it
+    broadcast: the root sends to both) and keeps the tree; an allgather or reduce-scatter
+    of 16 KiB (Bruck's, the halving one: 2 exchanges among 3, as the ring's) goes direct
+    (one). Every rank logs the same decisions. Each winner ran a second round against the fixed choice, and won it
     too. ELASTICRUN_TUNE=0 keeps the fixed choice (nothing tuned)."""
     for k in range(1, N + 1):
         shape(k, "--delay", "2ms")
     _, env = undelayed
     hosts = ",".join(f"{addr(k)}:1" for k in range(1, N + 1))
     bench = BUILD / "bench" / "allreduce_bench"
-    for collective, candidates in (("allreduce", ("rhd", "rd", "direct")), ("broadcast", ("scatter-allgather", "binomial"))):
+    for collective, candidates in (("allreduce", ("rhd", "rd", "direct")), ("broadcast", ("scatter-allgather", "binomial")),
+                                   ("allgather", ("bruck", "ring", "direct")),
+                                   ("reduce_scatter", ("halving", "ring", "direct"))):
         # 4 warm-up calls and 40 timed: the class's 25 trial calls, 14 confirming, and then some
         r = job.run(["-x", "UCX_TLS=tcp,self", "-x", "ELASTICRUN_LOG_LEVEL=info", "-np", N, "-H", hosts, bench,
                      "--collective", collective, "--min-bytes", "16K", "--max-bytes", "16K", "--iters", 40,

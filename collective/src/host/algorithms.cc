@@ -1,7 +1,7 @@
-// Latency-oriented and exchange algorithms: the recursive-doubling, direct and two-shot
-// allreduces, the direct, binomial and chain broadcasts, pairwise alltoall and the
-// dissemination barrier. The ring family is in ring.cc, the halving and Bruck ones in
-// halving.cc.
+// Latency-oriented and exchange algorithms: the recursive-doubling allreduce, the direct,
+// binomial and chain broadcasts, pairwise alltoall and the dissemination barrier. The ring
+// family is in ring.cc, the halving and Bruck ones in halving.cc, the allreduce,
+// reduce-scatter and allgather of one exchange each (direct, two-shot) in direct.cc.
 #include "host/algorithms.h"
 #include "host/reduce.h"
 #include "host/schedule.h"
@@ -61,94 +61,6 @@ void allreduce_rd(Step& st, const void* in, void* out, std::size_t count, DataTy
     Request send = st.tp.isend(plan.fold_peer, st.tag(last_tag), out, bytes);
     st.tp.wait(send, st.deadline, st.what);
   }
-}
-
-// Direct: every rank sends its whole vector to every other and folds the n vectors
-// itself, in rank order (x0 op x1 op ... op x(n-1)), so that every rank computes the
-// same bits. One exchange, where recursive doubling needs log2(n): on links where a
-// message takes longer to cross than a rank takes to send n-1 of them, that is the
-// fastest allreduce there is; it costs n-1 messages and (n-1) x bytes of traffic and of
-// scratch per rank, so the communicator offers it for small vectors and worlds only.
-// The sends go in pairwise order (to r+1, r+2, ...) so that no rank is everyone's first.
-void allreduce_direct(Step& st, const void* in, void* out, std::size_t count, DataType t, ReduceOp op) {
-  const int r = st.tp.rank(), n = st.tp.size();
-  const std::size_t bytes = count * size_of(t);
-  if (bytes == 0) return;  // every rank has nothing (the buffers may be null)
-  // Slot q (of `bytes`) holds rank q's vector; this rank's own holds its input when it must
-  // be copied: in place, the sends read it while the fold writes out.
-  std::byte* slots = st.ws.tmp(bytes * static_cast<std::size_t>(n));
-  auto slot = [&](int q) { return slots + bytes * static_cast<std::size_t>(q); };
-  const void* mine = in;
-  if (in == out) mine = std::memcpy(slot(r), in, bytes);
-  std::vector<Request> recvs(n), sends;
-  for (int s = 1; s < n; ++s) {
-    const int from = schedule::pairwise(r, n, s).from;
-    recvs[from] = st.tp.irecv(from, st.tag(0), slot(from), bytes);
-  }
-  for (int s = 1; s < n; ++s) sends.push_back(st.tp.isend(schedule::pairwise(r, n, s).to, st.tag(0), mine, bytes));
-  auto vector_of = [&](int q) -> const void* {
-    if (q == r) return mine;
-    st.tp.wait(recvs[q], st.deadline, st.what);
-    return slot(q);
-  };
-  const ReduceOp acc = accumulate_op(op);
-  const void* x0 = vector_of(0);
-  reduce(t, acc, out, x0, vector_of(1), count);
-  for (int q = 2; q < n; ++q) reduce(t, acc, out, out, vector_of(q), count);
-  if (op == ReduceOp::avg) finalize_avg(t, out, count, n);
-  st.wait(sends);
-}
-
-// Two-shot: a reduce-scatter and an allgather, each one exchange with every other rank.
-// Rank q reduces block q of the vector (schedule::balanced) from every rank's copy, in
-// rank order, and sends the result to every other rank, so every rank ends with the same
-// bits. Two exchanges, where recursive doubling needs log2(n) and halving-doubling
-// 2 log2(n), and each rank sends 2(n-1)/n of the vector, the bandwidth-optimal share
-// (direct sends it n-1 times whole), in 2(n-1) messages: for small worlds on links where
-// each exchange costs a round trip and the bytes cost too.
-void allreduce_twoshot(Step& st, const void* in, void* out, std::size_t count, DataType t, ReduceOp op) {
-  const int r = st.tp.rank(), n = st.tp.size();
-  const std::size_t elem = size_of(t);
-  if (count == 0) return;  // every rank has nothing (the buffers may be null)
-  const auto* src = static_cast<const std::byte*>(in);
-  auto* dst = static_cast<std::byte*>(out);
-  auto block = [&](int q) { return schedule::balanced(count, static_cast<std::size_t>(n), static_cast<std::size_t>(q)); };
-  const schedule::Range mine = block(r);
-  const std::size_t mine_bytes = mine.count * elem;
-  std::byte* result = dst + mine.offset * elem;
-  // Slot q holds rank q's copy of block r; this rank's own is in `in`, or in its slot when
-  // in place (the fold writes `result` before it reaches this rank's turn).
-  std::byte* slots = st.ws.tmp(mine_bytes * static_cast<std::size_t>(n));
-  auto slot = [&](int q) { return slots + mine_bytes * static_cast<std::size_t>(q); };
-  const std::byte* own = src + mine.offset * elem;
-  if (in == out && mine_bytes > 0) own = static_cast<const std::byte*>(std::memcpy(slot(r), own, mine_bytes));
-  std::vector<Request> recvs(n), sends;
-  for (int s = 1; s < n; ++s) {
-    const int from = schedule::pairwise(r, n, s).from;
-    recvs[from] = st.tp.irecv(from, st.tag(0), slot(from), mine_bytes);
-  }
-  for (int s = 1; s < n; ++s) {
-    const schedule::Range b = block(schedule::pairwise(r, n, s).to);
-    sends.push_back(st.tp.isend(schedule::pairwise(r, n, s).to, st.tag(0), src + b.offset * elem, b.count * elem));
-  }
-  auto copy_of = [&](int q) -> const void* {
-    if (q == r) return own;
-    st.tp.wait(recvs[q], st.deadline, st.what);
-    return slot(q);
-  };
-  const ReduceOp acc = accumulate_op(op);
-  if (n == 1) std::memmove(result, own, mine_bytes);
-  else reduce(t, acc, result, copy_of(0), copy_of(1), mine.count);
-  for (int q = 2; q < n; ++q) reduce(t, acc, result, result, copy_of(q), mine.count);
-  if (op == ReduceOp::avg) finalize_avg(t, result, mine.count, n);
-  st.wait(sends);  // in place, the blocks they read are about to be overwritten
-  sends.clear();
-  for (int s = 1; s < n; ++s) {
-    const int from = schedule::pairwise(r, n, s).from;
-    sends.push_back(st.tp.irecv(from, st.tag(1), dst + block(from).offset * elem, block(from).count * elem));
-  }
-  for (int s = 1; s < n; ++s) sends.push_back(st.tp.isend(schedule::pairwise(r, n, s).to, st.tag(1), result, mine_bytes));
-  st.wait(sends);
 }
 
 // Direct broadcast: the root sends the message to every other rank itself. One hop,

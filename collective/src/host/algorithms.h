@@ -59,10 +59,14 @@ void allreduce_rhd(Step& st, const void* in, void* out, std::size_t count, DataT
 // allgather of the reduced blocks by direct sends.
 void allreduce_twoshot(Step& st, const void* in, void* out, std::size_t count, DataType t, ReduceOp op);
 // `count` elements per rank: rank r gets block r of the n x count input, reduced.
+// Direct: one exchange (block q of every rank's input goes to rank q), folded in rank order.
+void reduce_scatter_direct(Step& st, const void* in, void* out, std::size_t count, DataType t, ReduceOp op);
 void reduce_scatter_ring(Step& st, const void* in, void* out, std::size_t count, DataType t, ReduceOp op);
 void reduce_scatter_halving(Step& st, const void* in, void* out, std::size_t count, DataType t, ReduceOp op);
 // counts in elements of `elem` bytes; out receives every rank's block in rank order.
 void allgatherv_ring(Step& st, const void* in, void* out, std::span<const std::size_t> counts, std::size_t elem);
+// One exchange: every rank sends its block to every other.
+void allgatherv_direct(Step& st, const void* in, void* out, std::span<const std::size_t> counts, std::size_t elem);
 // Every rank's block of `block` bytes, in rank order, in ceil(log2 n) rounds (tags from
 // first_tag on).
 void allgather_bruck(Step& st, const void* in, void* out, std::size_t block, std::uint64_t first_tag = 0);

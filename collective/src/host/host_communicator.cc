@@ -1,6 +1,7 @@
 #include "host/host_communicator.h"
 
 #include "host/algorithms.h"
+#include "host/flat.h"
 #include "host/reduce.h"
 #include "host/hier_allreduce.h"
 #include "host/shm_collectives.h"
@@ -128,7 +129,7 @@ class HostCommunicator final : public elasticrun::Communicator {
       } else if (a == Algorithm::hier) {
         throw Error("allreduce: ELASTICRUN_ALGORITHM=hier, but " + hier_unavailable_);
       } else {
-        allreduce_flat(st, a, in, out, count, t, op, tune_ ? &tuner_ : nullptr);
+        allreduce_flat(st, flat(tuner_), a, in, out, count, t, op);
       }
     });
   }
@@ -142,21 +143,7 @@ class HostCommunicator final : public elasticrun::Communicator {
       const Algorithm a = algorithm();
       ShmGroup* g = bytes >= cfg_.shm_broadcast_min_bytes || a == Algorithm::shm ? shm(st, a) : nullptr;
       if (g) return broadcast_shm(*g, buf, bytes, root, shm_wait(st));
-      if (a == Algorithm::direct) return broadcast_direct(st, buf, bytes, root);
-      const bool tuned = tune_ && a == Algorithm::automatic && cfg_.size > 2;  // else the fixed choice
-      const bool chain = bytes > cfg_.chain_min_bytes && cfg_.size > 2;
-      const bool tree = !chain && (bytes < crossover_.scatter_min || cfg_.size <= 2);  // the binomial tree
-      const char* fixed = chain ? "chain" : tree ? "binomial" : "scatter-allgather";
-      const bool direct = cfg_.size > 3 && direct_ok(st.tp.size(), bytes, cfg_.direct_broadcast_max_bytes);
-      Tuner::Candidates c{{fixed, chain ? "bintree" : tree ? "direct" : "binomial", "direct"},
-                          tuned ? (tree ? 1 : 2) + direct : 1, tuned && st.tp.sleeps()};
-      run_tuned(st, tuner_, Tuner::Kind::broadcast, bytes, c, cfg_.on_tuned, [&](int i) {
-        const std::string_view name = c.names[i];
-        if (name == "binomial") broadcast_binomial(st, buf, bytes, root);
-        else if (name == "direct") broadcast_direct(st, buf, bytes, root);
-        else if (name == "chain" || name == "bintree") broadcast_pipelined(st, buf, bytes, root, name == "chain" ? 1 : 2);
-        else broadcast_scatter_allgather(st, buf, bytes, root);
-      });
+      broadcast_flat(st, flat(tuner_), a, buf, bytes, root);
     });
   }
 
@@ -173,10 +160,8 @@ class HostCommunicator final : public elasticrun::Communicator {
     check_buffers("allgatherv", counts[cfg_.rank] ? in : out, out, total * elem);
     run("allgatherv", [&](Step& st) {
       if (total == 0) return;
-      const bool equal = std::all_of(counts.begin(), counts.end(), [&](std::size_t c) { return c == counts[0]; });
       if (ShmGroup* g = shm(st)) allgatherv_shm(*g, in, out, counts, elem, shm_wait(st));
-      else if (equal && total * elem <= crossover_.few_rounds_max) allgather_bruck(st, in, out, counts[0] * elem);
-      else allgatherv_ring(st, in, out, counts, elem);
+      else allgatherv_flat(st, flat(tuner_), algorithm(), in, out, counts, elem);
     });
   }
 
@@ -188,8 +173,7 @@ class HostCommunicator final : public elasticrun::Communicator {
         if (in != out) std::memcpy(out, in, bytes);
       } else if (bytes > 0) {
         if (ShmGroup* g = shm(st)) reduce_scatter_shm(*g, in, out, count, t, op, shm_wait(st));
-        else if (bytes * cfg_.size <= crossover_.few_rounds_max) reduce_scatter_halving(st, in, out, count, t, op);
-        else reduce_scatter_ring(st, in, out, count, t, op);
+        else reduce_scatter_flat(st, flat(tuner_), algorithm(), in, out, count, t, op);
       }
     });
   }
@@ -217,35 +201,10 @@ class HostCommunicator final : public elasticrun::Communicator {
   }
 
   Algorithm algorithm() const { return cfg_.algorithm ? *cfg_.algorithm : settings::algorithm(); }
-  bool direct_ok(int n, std::size_t bytes, std::size_t most) const {
-    return Tuner::direct_fits(n, bytes, cfg_.direct_max_ranks, most);
-  }
 
-  // An allreduce among st.tp's ranks over UCX: ring, rd, rhd, direct or twoshot as forced,
-  // else by size (HostCommConfig::Crossover), the same on every rank; `tuner` (if any)
-  // measures that against Tuner::allreduce_candidates, the ring up to ring_tuned_max.
-  void allreduce_flat(Step& st, Algorithm a, const void* in, void* out, std::size_t count, DataType t, ReduceOp op,
-                      Tuner* tuner) {
-    const std::size_t bytes = count * size_of(t);
-    auto run_one = [&](Algorithm x) {
-      if (x == Algorithm::rd) allreduce_rd(st, in, out, count, t, op);
-      else if (x == Algorithm::rhd) allreduce_rhd(st, in, out, count, t, op);
-      else if (x == Algorithm::direct) allreduce_direct(st, in, out, count, t, op);
-      else if (x == Algorithm::twoshot) allreduce_twoshot(st, in, out, count, t, op);
-      else allreduce_ring(st, in, out, count, t, op);
-    };
-    if (a != Algorithm::automatic) return run_one(a);
-    const int n = st.tp.size();
-    const bool few = Tuner::size_class(bytes).first < 8 * static_cast<std::size_t>(n);  // Crossover
-    a = bytes <= crossover_.rd_max || few ? Algorithm::rd
-        : bytes <= crossover_.rhd_max ? Algorithm::rhd : Algorithm::ring;
-    if (!tuner || (a == Algorithm::ring && Tuner::size_class(bytes).second > cfg_.ring_tuned_max)) return run_one(a);
-    const Tuner::Candidates c = Tuner::allreduce_candidates(
-        a == Algorithm::rd ? "rd" : a == Algorithm::rhd ? "rhd" : "ring", n, bytes, cfg_.halving_tuned_above,
-        direct_ok(n, bytes, cfg_.direct_max_bytes), n >= 3 && n <= cfg_.direct_max_ranks, st.tp.sleeps());
-    run_tuned(st, *tuner, Tuner::Kind::allreduce, bytes, c, cfg_.on_tuned,
-              [&](int i) { run_one(parse_algorithm(c.names[i], "tuned allreduce")); });
-  }
+  // The flat algorithms' choices (host/flat.h) with this communicator's settings, measured
+  // by `tuner` where tuning is on.
+  Flat flat(Tuner& tuner) { return {cfg_, crossover_, tune_ ? &tuner : nullptr}; }
 
   // The two levels of a hierarchical allreduce, as this rank sees them.
   struct Hierarchy {
@@ -323,7 +282,7 @@ class HostCommunicator final : public elasticrun::Communicator {
     if (h.leader)
       ha.across = [&](std::size_t round, void* buf, std::size_t n) {
         Step sub{*h.leaders, st.deadline, first + round, ws_, segment_, cfg_.window, st.what};
-        allreduce_flat(sub, Algorithm::automatic, buf, buf, n, t, acc, tune_ ? &h.tuner : nullptr);
+        allreduce_flat(sub, flat(h.tuner), Algorithm::automatic, buf, buf, n, t, acc);
       };
     allreduce_hier(ha, in, out, count, t, op, shm_wait(st));
   }

@@ -84,9 +84,12 @@ struct HostCommConfig {
   std::optional<Crossover> crossover;
   Crossover local_crossover{32 * 1024, 32 * 1024, 0};
   Crossover net_crossover{4 * 1024, 128 * 1024, 64 * 1024, 8 * 1024};
-  // Where the fixed crossovers only guess, measure (host/tuner.h), each size class on its
-  // first calls: an automatic allreduce up to rd_max tries rd against direct, between
-  // rd_max and rhd_max rhd against rd and direct; a broadcast below scatter_min the
+  // Where the fixed crossovers only guess, measure (host/tuner.h, host/flat.h), each size
+  // class on its first calls: an automatic allreduce up to rd_max tries rd against direct
+  // (and rhd above halving_tuned_above), between rd_max and rhd_max rhd against rd and
+  // direct, above it up to ring_tuned_max the ring against rhd and twoshot; an allgather
+  // of equal blocks or a reduce-scatter up to ring_tuned_max its fixed choice against the
+  // other (Bruck's or halving, the ring) and direct; a broadcast below scatter_min the
   // binomial tree against direct, from scatter_min up to chain_min_bytes scatter-allgather
   // against the binomial tree and direct, above it the chain against the pipelined binary
   // tree and direct (direct only within direct_max_* and direct_broadcast_max_bytes,
@@ -98,7 +101,8 @@ struct HostCommConfig {
   // The direct algorithms (one exchange: each rank sends its vector to every other; a
   // broadcast's root sends to every rank) are tuned against the others in a world of 3 to
   // direct_max_ranks where a rank's n-1 copies of the size class's largest call fit in
-  // direct_max_bytes. Where a message takes longer to cross than n-1 of them to send,
+  // direct_max_bytes (the direct allgather and reduce-scatter, which send no more than
+  // the ring, wherever their class is tuned). Where a message takes longer to cross than n-1 of them to send,
   // they beat the trees' log2(n) exchanges; elsewhere the tuner keeps the fixed choice.
   // A broadcast's direct sends its n-1 copies from the root alone, not from every rank: it
   // is tried up to direct_broadcast_max_bytes of them (8 ranks: up to 256 KiB, where behind

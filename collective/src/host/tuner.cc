@@ -12,6 +12,16 @@ Tuner::Key Tuner::key(Kind k, std::size_t bytes) {
   return {k, static_cast<int>(std::bit_width(bytes > 0 ? bytes - 1 : 0))};
 }
 
+const char* Tuner::name(Kind k) {
+  switch (k) {
+    case Kind::allreduce: return "allreduce";
+    case Kind::broadcast: return "broadcast";
+    case Kind::allgather: return "allgather";
+    case Kind::reduce_scatter: return "reduce_scatter";
+  }
+  return "?";
+}
+
 std::pair<std::size_t, std::size_t> Tuner::size_class(std::size_t bytes) {
   const int b = key(Kind::allreduce, bytes).second;
   return {b == 0 ? 0 : std::size_t{1} << (b - 1), std::size_t{1} << b};
@@ -127,7 +137,7 @@ void Tuner::agree(Step& st, Kind k, std::size_t bytes, const Candidates& c,
   auto us = [&](int i) { return c.name(i) + " " + std::to_string(std::lround(sum[i] * per)) + " us"; };
   if (!confirming) {
     const auto [lo, hi] = size_class(bytes);
-    e.first = std::string(k == Kind::allreduce ? "allreduce" : "broadcast") + " of " + std::to_string(lo + 1) + "-" +
+    e.first = std::string(name(k)) + " of " + std::to_string(lo + 1) + "-" +
               std::to_string(hi) + " bytes over " + std::to_string(n) + " ranks: ";
     for (int i = 0; i < c.total(); ++i) e.first += (i ? ", " : "") + us(i);
     e.first += std::string(" (median of ") + std::to_string(kTrials) +

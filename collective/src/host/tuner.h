@@ -59,7 +59,8 @@ namespace elasticrun::collective {
 
 class Tuner {
  public:
-  enum class Kind { allreduce, broadcast };
+  enum class Kind { allreduce, broadcast, allgather, reduce_scatter };
+  static const char* name(Kind k);
   static constexpr int kMaxAlgorithms = 3;
   static constexpr int kMaxCandidates = 2 * kMaxAlgorithms;  // each algorithm, then each sleeping
   static constexpr int kWarm = 4;          // untimed calls of the fixed choice first

@@ -1,0 +1,108 @@
+#include "host/flat.h"
+
+#include <algorithm>
+#include <string_view>
+
+namespace elasticrun::collective {
+namespace {
+
+bool tuned_up_to(const Flat& f, std::size_t bytes, std::size_t most) {
+  return f.tuner && Tuner::size_class(bytes).second <= most;
+}
+
+// Runs candidate 0 where there is no tuner or nothing to choose, else as the tuner picks.
+template <class F>
+void run(Step& st, const Flat& f, Tuner::Kind k, std::size_t bytes, const Tuner::Candidates& c, F&& run_algorithm) {
+  if (!f.tuner || c.total() < 2) return run_algorithm(0);
+  run_tuned(st, *f.tuner, k, bytes, c, f.cfg.on_tuned, run_algorithm);
+}
+
+}  // namespace
+
+void allreduce_flat(Step& st, const Flat& f, Algorithm a, const void* in, void* out, std::size_t count, DataType t,
+                    ReduceOp op) {
+  const std::size_t bytes = count * size_of(t);
+  auto run_one = [&](Algorithm x) {
+    if (x == Algorithm::rd) allreduce_rd(st, in, out, count, t, op);
+    else if (x == Algorithm::rhd) allreduce_rhd(st, in, out, count, t, op);
+    else if (x == Algorithm::direct) allreduce_direct(st, in, out, count, t, op);
+    else if (x == Algorithm::twoshot) allreduce_twoshot(st, in, out, count, t, op);
+    else allreduce_ring(st, in, out, count, t, op);
+  };
+  if (a != Algorithm::automatic) return run_one(a);
+  const int n = st.tp.size();
+  const bool few = Tuner::size_class(bytes).first < 8 * static_cast<std::size_t>(n);  // Crossover
+  a = bytes <= f.crossover.rd_max || few ? Algorithm::rd
+      : bytes <= f.crossover.rhd_max     ? Algorithm::rhd
+                                         : Algorithm::ring;
+  if (!f.tuner || (a == Algorithm::ring && !tuned_up_to(f, bytes, f.cfg.ring_tuned_max))) return run_one(a);
+  const Tuner::Candidates c = Tuner::allreduce_candidates(
+      a == Algorithm::rd ? "rd" : a == Algorithm::rhd ? "rhd" : "ring", n, bytes, f.cfg.halving_tuned_above,
+      Tuner::direct_fits(n, bytes, f.cfg.direct_max_ranks, f.cfg.direct_max_bytes),
+      n >= 3 && n <= f.cfg.direct_max_ranks, st.tp.sleeps());
+  run(st, f, Tuner::Kind::allreduce, bytes, c, [&](int i) { run_one(parse_algorithm(c.names[i], "tuned allreduce")); });
+}
+
+void broadcast_flat(Step& st, const Flat& f, Algorithm a, void* buf, std::size_t bytes, int root) {
+  const int n = st.tp.size();
+  if (a == Algorithm::direct) return broadcast_direct(st, buf, bytes, root);
+  const bool tuned = f.tuner && a == Algorithm::automatic && n > 2;  // else the fixed choice
+  const bool chain = bytes > f.cfg.chain_min_bytes && n > 2;
+  const bool tree = !chain && (bytes < f.crossover.scatter_min || n <= 2);  // the binomial tree
+  const char* fixed = chain ? "chain" : tree ? "binomial" : "scatter-allgather";
+  const bool direct = n > 3 && Tuner::direct_fits(n, bytes, f.cfg.direct_max_ranks, f.cfg.direct_broadcast_max_bytes);
+  Tuner::Candidates c{{fixed, chain ? "bintree" : tree ? "direct" : "binomial", "direct"},
+                      tuned ? (tree ? 1 : 2) + direct : 1, tuned && st.tp.sleeps()};
+  run(st, f, Tuner::Kind::broadcast, bytes, c, [&](int i) {
+    const std::string_view name = c.names[i];
+    if (name == "binomial") broadcast_binomial(st, buf, bytes, root);
+    else if (name == "direct") broadcast_direct(st, buf, bytes, root);
+    else if (name == "chain" || name == "bintree") broadcast_pipelined(st, buf, bytes, root, name == "chain" ? 1 : 2);
+    else broadcast_scatter_allgather(st, buf, bytes, root);
+  });
+}
+
+void allgatherv_flat(Step& st, const Flat& f, Algorithm a, const void* in, void* out,
+                     std::span<const std::size_t> counts, std::size_t elem) {
+  std::size_t total = 0;
+  for (std::size_t c : counts) total += c;
+  const std::size_t bytes = total * elem;
+  const int n = st.tp.size();
+  const bool equal = std::all_of(counts.begin(), counts.end(), [&](std::size_t c) { return c == counts[0]; });
+  const bool tuned = equal && a == Algorithm::automatic && n > 2 && tuned_up_to(f, bytes, f.cfg.ring_tuned_max);
+  Tuner::Candidates c{};
+  c.add(a == Algorithm::direct ? "direct" : equal && bytes <= f.crossover.few_rounds_max ? "bruck" : "ring");
+  if (tuned) {
+    c.add(c.names[0] == std::string_view("ring") ? "bruck" : "ring");
+    if (n <= f.cfg.direct_max_ranks) c.add("direct");
+    c.sleeping = st.tp.sleeps();
+  }
+  run(st, f, Tuner::Kind::allgather, bytes, c, [&](int i) {
+    const std::string_view name = c.names[i];
+    if (name == "direct") allgatherv_direct(st, in, out, counts, elem);
+    else if (name == "bruck") allgather_bruck(st, in, out, counts[0] * elem);
+    else allgatherv_ring(st, in, out, counts, elem);
+  });
+}
+
+void reduce_scatter_flat(Step& st, const Flat& f, Algorithm a, const void* in, void* out, std::size_t count,
+                         DataType t, ReduceOp op) {
+  const int n = st.tp.size();
+  const std::size_t bytes = count * size_of(t) * static_cast<std::size_t>(n);  // the input
+  const bool tuned = a == Algorithm::automatic && n > 2 && tuned_up_to(f, bytes, f.cfg.ring_tuned_max);
+  Tuner::Candidates c{};
+  c.add(a == Algorithm::direct ? "direct" : bytes <= f.crossover.few_rounds_max ? "halving" : "ring");
+  if (tuned) {
+    c.add(c.names[0] == std::string_view("ring") ? "halving" : "ring");
+    if (n <= f.cfg.direct_max_ranks) c.add("direct");
+    c.sleeping = st.tp.sleeps();
+  }
+  run(st, f, Tuner::Kind::reduce_scatter, bytes, c, [&](int i) {
+    const std::string_view name = c.names[i];
+    if (name == "direct") reduce_scatter_direct(st, in, out, count, t, op);
+    else if (name == "halving") reduce_scatter_halving(st, in, out, count, t, op);
+    else reduce_scatter_ring(st, in, out, count, t, op);
+  });
+}
+
+}  // namespace elasticrun::collective

@@ -1,0 +1,41 @@
+// Which algorithm a collective runs among a Step's ranks over the transport alone (no
+// shared memory, no hierarchy): as ELASTICRUN_ALGORITHM forces, else by size
+// (HostCommConfig::Crossover), and where a tuner is given, as its measurements decide among
+// the class's candidates (host/tuner.h). Every input is the same on every rank, so every
+// rank runs the same algorithm.
+#pragma once
+
+#include "host/algorithms.h"
+#include "host/host_communicator.h"
+#include "host/tuner.h"
+
+#include <cstddef>
+#include <span>
+
+namespace elasticrun::collective {
+
+struct Flat {
+  const HostCommConfig& cfg;
+  const HostCommConfig::Crossover& crossover;
+  Tuner* tuner;  // null: the fixed choice
+};
+
+// ring, rd, rhd, direct or twoshot as forced; else rd up to rd_max, rhd up to rhd_max, the
+// ring above; tuned against Tuner::allreduce_candidates up to ring_tuned_max.
+void allreduce_flat(Step& st, const Flat& f, Algorithm a, const void* in, void* out, std::size_t count, DataType t,
+                    ReduceOp op);
+// direct as forced; else the binomial tree below scatter_min, scatter-allgather up to
+// chain_min_bytes, the chain above; tuned against the binomial tree, the pipelined binary
+// tree and direct (HostCommConfig::tune).
+void broadcast_flat(Step& st, const Flat& f, Algorithm a, void* buf, std::size_t bytes, int root);
+// direct as forced; else Bruck's up to few_rounds_max bytes of result (equal blocks), the
+// ring above; equal blocks are tuned up to ring_tuned_max: Bruck's, the ring and, among 3
+// to direct_max_ranks, direct. Unequal ones run the ring.
+void allgatherv_flat(Step& st, const Flat& f, Algorithm a, const void* in, void* out,
+                     std::span<const std::size_t> counts, std::size_t elem);
+// direct as forced; else halving up to few_rounds_max bytes of input, the ring above;
+// tuned up to ring_tuned_max: halving, the ring and, among 3 to direct_max_ranks, direct.
+void reduce_scatter_flat(Step& st, const Flat& f, Algorithm a, const void* in, void* out, std::size_t count,
+                         DataType t, ReduceOp op);
+
+}  // namespace elasticrun::collective
