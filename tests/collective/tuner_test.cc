@@ -253,10 +253,11 @@ std::string names(const Tuner::Candidates& c) {
 TEST(Tuner, RdClassesTryHalvingWhereEveryCallHoldsAnElementPerRank) {
   constexpr std::size_t kAbove = 512;
   auto of = [](const char* fixed, int n, std::size_t bytes, bool direct, bool sleeping = false) {
-    return names(Tuner::allreduce_candidates(fixed, n, bytes, kAbove, direct, true, sleeping));
+    return names(Tuner::allreduce_candidates(fixed, n, bytes, kAbove, direct, n >= 3, sleeping));
   };
-  // rhd's classes try rd, and direct where it fits.
+  // rhd's classes try rd, and direct where it fits, else two-shot (among 3 or more).
   EXPECT_EQ(of("rhd", 8, 10000, true), "rhd,rd,direct,");
+  EXPECT_EQ(of("rhd", 8, 100000, false), "rhd,rd,twoshot,");
   EXPECT_EQ(of("rhd", 2, 10000, false, true), "rhd,rd,rhd+sleep,rd+sleep,");
   // rd's try rhd from the class above halving_above: 513-1024 bytes, not 257-512.
   EXPECT_EQ(of("rd", 8, 513, true), "rd,rhd,direct,");

@@ -87,7 +87,8 @@ struct HostCommConfig {
   // Where the fixed crossovers only guess, measure (host/tuner.h, host/flat.h), each size
   // class on its first calls: an automatic allreduce up to rd_max tries rd against direct
   // (and rhd above halving_tuned_above), between rd_max and rhd_max rhd against rd and
-  // direct, above it up to ring_tuned_max the ring against rhd and twoshot; an allgather
+  // direct (twoshot where direct does not fit), above it up to ring_tuned_max the ring
+  // against rhd and twoshot; an allgather
   // of equal blocks or a reduce-scatter up to ring_tuned_max its fixed choice against the
   // other (Bruck's or halving, the ring) and direct; a broadcast below scatter_min the
   // binomial tree against direct, from scatter_min up to chain_min_bytes scatter-allgather

@@ -45,6 +45,7 @@ Tuner::Candidates Tuner::allreduce_candidates(std::string_view fixed, int n, std
   if (rhd) c.add("rd");
   else if (size_class(bytes).first >= std::max(halving_above, 8 * static_cast<std::size_t>(n))) c.add("rhd");
   if (direct) c.add("direct");
+  else if (rhd && twoshot) c.add("twoshot");  // past direct's bytes: the next fewest exchanges
   return c;
 }
 

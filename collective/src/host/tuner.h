@@ -133,7 +133,8 @@ class Tuner {
   // choice: rd's try rhd where every call of the class is larger than halving_above bytes
   // and holds at least one element (of 8 bytes at most) per rank, as halving needs
   // (HostCommConfig::halving_tuned_above), and direct where `direct`; rhd's try rd and
-  // direct where `direct`; the ring's try rhd and twoshot where `twoshot`.
+  // direct where `direct`, else twoshot where `twoshot`; the ring's try rhd and twoshot
+  // where `twoshot`.
   static Candidates allreduce_candidates(std::string_view fixed, int n, std::size_t bytes, std::size_t halving_above,
                                          bool direct, bool twoshot, bool sleeping);
 
