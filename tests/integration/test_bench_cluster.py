@@ -1,0 +1,27 @@
+"""scripts/bench-cluster refuses bad arguments with their reason and exit status 2, before it
+builds anything or brings a cluster up (its figures belong to bench/RESULTS.md, not to a
+test)."""
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT
+
+BENCH = ROOT / "scripts" / "bench-cluster"
+
+
+@pytest.mark.parametrize("args, says", [
+    (["allreduce", "--also", "FOO"], "--also 'FOO': expected VAR=VALUE"),
+    (["allreduce", "--also", "A B=1"], "--also 'A B=1': expected VAR=VALUE"),
+    (["allreduce", "--also", "=1"], "--also '=1': expected VAR=VALUE"),
+    (["allreduce", "--per-host", "0"], "--per-host must be at least 1"),
+    (["recovery", "--recovery-hosts", "9"], "--recovery-hosts 9: expected 3 to 8"),
+    (["recovery", "--host-timeouts", "ten"], "--host-timeouts 'ten': expected numbers of seconds"),
+    (["bandwidth"], "unknown benchmark 'bandwidth'"),
+])
+def test_bad_arguments_are_refused_with_their_reason(args, says):
+    r = subprocess.run([sys.executable, str(BENCH), *args], capture_output=True, text=True, timeout=30)
+    assert r.returncode == 2, (r.returncode, r.stderr)
+    assert says in r.stderr, r.stderr
+    assert "cluster up" not in r.stderr and not r.stdout, (r.stdout, r.stderr)
