@@ -271,7 +271,7 @@ TEST(Hierarchical, AllreduceEveryTypeAndOpOnUnevenHosts) {
     for (int h : hosts) n += h;
     World w(n);
     std::string name = "hier";
-    for (int h : hosts) name += "-" + std::to_string(h);
+    for (int h : hosts) name.append(1, '-').append(std::to_string(h));
     run_ranks(w, [&](int r) { return on_hosts(hosts, r, Algorithm::hier); }, name + "/", [](int r, Communicator& c) {
       for (DataType t : kAllTypes)
         for (ReduceOp op : kAllOps)
@@ -282,6 +282,42 @@ TEST(Hierarchical, AllreduceEveryTypeAndOpOnUnevenHosts) {
       allreduce_case(c, r, DataType::i64, ReduceOp::max, 300001, true);
     });
   }
+}
+
+// The hierarchical allgather (each host's ranks through shared memory, one rank per host
+// over UCX), forced and automatic, on even and uneven hosts: equal blocks in place and
+// not, and unequal ones with empty contributions.
+TEST(Hierarchical, AllgatherOnUnevenHosts) {
+  for (std::vector<int> hosts : {std::vector{2, 2}, std::vector{2, 1}, std::vector{1, 3}, std::vector{3, 1, 2}})
+    for (Algorithm a : {Algorithm::hier, Algorithm::automatic}) {
+      int n = 0;
+      for (int h : hosts) n += h;
+      World w(n);
+      std::string name = "ag-";
+      name += name_of(a);
+      for (int h : hosts) name.append(1, '-').append(std::to_string(h));
+      run_ranks(w, [&](int r) { return on_hosts(hosts, r, a); }, name + "/", [](int r, Communicator& c) {
+        for (std::size_t count : {0u, 1u, 1023u, 5000u})
+          for (bool in_place : {false, true}) allgather_case(c, r, count, in_place);
+        std::vector<std::size_t> counts(c.size());
+        for (int q = 0; q < c.size(); ++q) counts[q] = (q % 3 == 1) ? 0 : 700 * q + 5;
+        Buf want;
+        for (int q = 0; q < c.size(); ++q) {
+          Buf part = input(DataType::i32, ReduceOp::sum, q, counts[q]);
+          want.insert(want.end(), part.begin(), part.end());
+        }
+        Buf in = input(DataType::i32, ReduceOp::sum, r, counts[r]), out(want.size());
+        c.allgatherv(in.data(), out.data(), counts, DataType::i32);
+        CHECK_SAME(out, want, 4, ctx("allgatherv", r, DataType::i32, ReduceOp::sum, counts[r], false));
+        c.barrier();  // UCX collectives after hierarchical ones still line up
+        allreduce_case(c, r, DataType::f32, ReduceOp::sum, 200000, false);  // flat (past hier_max_bytes)
+      });
+      // Automatic went hierarchical too: the first host of several ranks made its segment.
+      int base = 0;
+      for (std::size_t i = 0; hosts[i] == 1; ++i) base += hosts[i];
+      EXPECT_NO_THROW(w.store->get(name + "/hier/" + std::to_string(base),
+                                   Clock::now() + std::chrono::milliseconds(10))) << name;
+    }
 }
 
 // A rank that never comes is named by its job rank, not by its place in its host's
@@ -319,7 +355,7 @@ TEST(Hierarchical, AutomaticUpToItsLimitWhereHostsHoldSeveralRanks) {
     for (int h : hosts) n += h;
     World w(n);
     std::string name = "auto";
-    for (int h : hosts) name += "-" + std::to_string(h);
+    for (int h : hosts) name.append(1, '-').append(std::to_string(h));
     run_ranks(w, [&](int r) {
       HostCommConfig c = on_hosts(hosts, r, Algorithm::automatic);
       c.hier_max_bytes = 64 * 1024;
