@@ -34,6 +34,7 @@ inline const char* name_of(Algorithm a) {
     case Algorithm::shm: return "shm/";
     case Algorithm::direct: return "direct/";
     case Algorithm::twoshot: return "twoshot/";
+    case Algorithm::hier: return "hier/";
     default: return "auto/";
   }
 }

@@ -71,7 +71,8 @@ void allgatherv_flat(Step& st, const Flat& f, Algorithm a, const void* in, void*
   const bool equal = std::all_of(counts.begin(), counts.end(), [&](std::size_t c) { return c == counts[0]; });
   const bool tuned = equal && a == Algorithm::automatic && n > 2 && tuned_up_to(f, bytes, f.cfg.ring_tuned_max);
   Tuner::Candidates c{};
-  c.add(a == Algorithm::direct ? "direct" : equal && bytes <= f.crossover.few_rounds_max ? "bruck" : "ring");
+  const bool few = Tuner::size_class(bytes).second <= f.crossover.few_rounds_max;  // by the class, as the tuner keys
+  c.add(a == Algorithm::direct ? "direct" : equal && few ? "bruck" : "ring");
   if (tuned) {
     c.add(c.names[0] == std::string_view("ring") ? "bruck" : "ring");
     if (n <= f.cfg.direct_max_ranks) c.add("direct");
@@ -91,7 +92,8 @@ void reduce_scatter_flat(Step& st, const Flat& f, Algorithm a, const void* in, v
   const std::size_t bytes = count * size_of(t) * static_cast<std::size_t>(n);  // the input
   const bool tuned = a == Algorithm::automatic && n > 2 && tuned_up_to(f, bytes, f.cfg.ring_tuned_max);
   Tuner::Candidates c{};
-  c.add(a == Algorithm::direct ? "direct" : bytes <= f.crossover.few_rounds_max ? "halving" : "ring");
+  const bool few = Tuner::size_class(bytes).second <= f.crossover.few_rounds_max;  // by the class, as the tuner keys
+  c.add(a == Algorithm::direct ? "direct" : few ? "halving" : "ring");
   if (tuned) {
     c.add(c.names[0] == std::string_view("ring") ? "halving" : "ring");
     if (n <= f.cfg.direct_max_ranks) c.add("direct");

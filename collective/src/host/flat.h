@@ -28,12 +28,13 @@ void allreduce_flat(Step& st, const Flat& f, Algorithm a, const void* in, void* 
 // chain_min_bytes, the chain above; tuned against the binomial tree, the pipelined binary
 // tree and direct (HostCommConfig::tune).
 void broadcast_flat(Step& st, const Flat& f, Algorithm a, void* buf, std::size_t bytes, int root);
-// direct as forced; else Bruck's up to few_rounds_max bytes of result (equal blocks), the
-// ring above; equal blocks are tuned up to ring_tuned_max: Bruck's, the ring and, among 3
+// direct as forced; else Bruck's in size classes up to few_rounds_max bytes of result
+// (equal blocks), the ring above; equal blocks are tuned up to ring_tuned_max: Bruck's, the ring and, among 3
 // to direct_max_ranks, direct. Unequal ones run the ring.
 void allgatherv_flat(Step& st, const Flat& f, Algorithm a, const void* in, void* out,
                      std::span<const std::size_t> counts, std::size_t elem);
-// direct as forced; else halving up to few_rounds_max bytes of input, the ring above;
+// direct as forced; else halving in size classes up to few_rounds_max bytes of input,
+// the ring above;
 // tuned up to ring_tuned_max: halving, the ring and, among 3 to direct_max_ranks, direct.
 void reduce_scatter_flat(Step& st, const Flat& f, Algorithm a, const void* in, void* out, std::size_t count,
                          DataType t, ReduceOp op);

@@ -160,6 +160,10 @@ class HostCommunicator final : public elasticrun::Communicator {
     check_buffers("allgatherv", counts[cfg_.rank] ? in : out, out, total * elem);
     run("allgatherv", [&](Step& st) {
       if (total == 0) return;
+      if (cfg_.size == 1) {
+        if (in != out) std::memcpy(out, in, total * elem);
+        return;
+      }
       const Algorithm a = algorithm();
       if (ShmGroup* g = shm(st)) allgatherv_shm(*g, in, out, counts, elem, shm_wait(st));
       // Hierarchical at every size where hosts hold several ranks: flat, each rank's block
@@ -215,7 +219,7 @@ class HostCommunicator final : public elasticrun::Communicator {
   // by `tuner` where tuning is on.
   Flat flat(Tuner& tuner) { return {cfg_, crossover_, tune_ ? &tuner : nullptr}; }
 
-  // The two levels of a hierarchical allreduce, as this rank sees them.
+  // The two levels of a hierarchical allreduce or allgather, as this rank sees them.
   struct Hierarchy {
     std::unique_ptr<ShmGroup> host;          // null when this rank is alone on its host
     std::unique_ptr<SubTransport> leaders;   // the hosts' first ranks; used by them only
@@ -268,7 +272,7 @@ class HostCommunicator final : public elasticrun::Communicator {
     const int base = cfg_.rank - cfg_.local_rank;
     if (!make_group(st, "hier/" + std::to_string(base), cfg_.local_rank, local_size(), h->round_bytes, h->host,
                     hier_unavailable_)) {
-      ER_LOG(collective, warn, "hierarchical allreduce is off for this epoch: {}", hier_unavailable_);
+      ER_LOG(collective, warn, "hierarchical collectives are off for this epoch: {}", hier_unavailable_);
       return nullptr;
     }
     h->leader = cfg_.local_rank == 0;

@@ -2,23 +2,26 @@
 //
 // Algorithm choice: when every rank runs on this host, every collective goes
 // through shared memory (shm_collectives.h; the segment is set up at the first
-// call, and if any rank cannot map it every rank falls back to UCX). Otherwise UCX:
-// allreduce by recursive doubling for small vectors (or when there are fewer elements
-// than ranks), recursive halving-doubling for middle ones where the ranks span hosts,
-// and the pipelined ring above (HostCommConfig::Crossover); broadcast binomial, by
-// scatter-allgather (middle sizes across hosts) or chained; allgather(v) and
-// reduce_scatter by rings, or where the ranks span hosts and the call is small, by
-// Bruck's allgather (equal blocks) and the halving reduce-scatter. Across hosts that
-// hold several ranks, an allreduce up to `hier_max_bytes` is hierarchical
-// (hier_allreduce.h): shared memory within each host, UCX among one rank per host
-// (bench/RESULTS.md: 2x at 8-32 KiB and 1.2x at 64-512 KiB on shaped 4 x 2 hosts, even
-// at 1 MiB, behind above). Across hosts, where the crossovers only guess (rhd or rd,
-// scatter-allgather or the binomial tree), the first calls of each size class measure
-// both and the ranks agree on the faster (host/tuner.h; HostCommConfig::tune).
-// ELASTICRUN_ALGORITHM=shm|ring|rd|rhd|auto forces it (ring, rd and rhd: UCX for every
-// collective, and that allreduce algorithm); it is read at every call unless
-// HostCommConfig fixes it, so a test program can switch algorithms without rebuilding
-// the communicator. ELASTICRUN_ALGORITHM=hier makes every allreduce across hosts
+// call, and if any rank cannot map it every rank falls back to UCX). Otherwise UCX, by
+// size (HostCommConfig::Crossover; host/flat.h): allreduce by recursive doubling for
+// small vectors (or when there are fewer elements than ranks), recursive
+// halving-doubling for middle ones where the ranks span hosts, and the pipelined ring
+// above; broadcast binomial, by scatter-allgather (middle sizes across hosts) or
+// chained; allgather(v) and reduce_scatter by rings, or where the ranks span hosts and
+// the call is small, by Bruck's allgather (equal blocks) and the halving
+// reduce-scatter. Across hosts that hold several ranks, an allreduce up to
+// `hier_max_bytes` and an allgather of any size are hierarchical (hier_allreduce.h):
+// shared memory within each host, UCX among one rank per host (bench/RESULTS.md: the
+// allreduce 2x at 8-32 KiB and 1.2x at 64-512 KiB on shaped 4 x 2 hosts, even at 1 MiB,
+// behind above; the allgather 1.0-2.3x at every size). Across hosts, where the
+// crossovers only guess, the first calls of each size class measure the candidates
+// (the direct and two-shot algorithms among them) and the ranks agree on the fastest
+// (host/tuner.h; HostCommConfig::tune). ELASTICRUN_ALGORITHM=shm|ring|rd|rhd|direct|
+// twoshot|hier|auto forces it (ring, rd, rhd, direct and twoshot: UCX for every
+// collective, and that allreduce algorithm; direct also every broadcast, allgather and
+// reduce-scatter); it is read at every call unless HostCommConfig fixes it, so a test
+// program can switch algorithms without rebuilding the communicator.
+// ELASTICRUN_ALGORITHM=hier makes every allreduce and allgather across hosts
 // hierarchical.
 //
 // Progress: busy-polling when this host runs no more ranks than it has cores,
