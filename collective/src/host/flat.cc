@@ -17,6 +17,21 @@ void run(Step& st, const Flat& f, Tuner::Kind k, std::size_t bytes, const Tuner:
   run_tuned(st, *f.tuner, k, bytes, c, f.cfg.on_tuned, run_algorithm);
 }
 
+// An allgather's or reduce-scatter's candidates: direct where forced, else its fixed
+// choice (`few_rounds` in a size class up to few_rounds_max, the ring above) and, where
+// tuned, the other of the two and, up to direct_max_ranks, direct.
+Tuner::Candidates gather_candidates(const Step& st, const Flat& f, Algorithm a, bool few, const char* few_rounds,
+                                    bool tuned) {
+  Tuner::Candidates c{};
+  c.add(a == Algorithm::direct ? "direct" : few ? few_rounds : "ring");
+  if (tuned) {
+    c.add(few ? "ring" : few_rounds);
+    if (st.tp.size() <= f.cfg.direct_max_ranks) c.add("direct");
+    c.sleeping = st.tp.sleeps();
+  }
+  return c;
+}
+
 }  // namespace
 
 void allreduce_flat(Step& st, const Flat& f, Algorithm a, const void* in, void* out, std::size_t count, DataType t,
@@ -70,14 +85,8 @@ void allgatherv_flat(Step& st, const Flat& f, Algorithm a, const void* in, void*
   const int n = st.tp.size();
   const bool equal = std::all_of(counts.begin(), counts.end(), [&](std::size_t c) { return c == counts[0]; });
   const bool tuned = equal && a == Algorithm::automatic && n > 2 && tuned_up_to(f, bytes, f.cfg.ring_tuned_max);
-  Tuner::Candidates c{};
-  const bool few = Tuner::size_class(bytes).second <= f.crossover.few_rounds_max;  // by the class, as the tuner keys
-  c.add(a == Algorithm::direct ? "direct" : equal && few ? "bruck" : "ring");
-  if (tuned) {
-    c.add(c.names[0] == std::string_view("ring") ? "bruck" : "ring");
-    if (n <= f.cfg.direct_max_ranks) c.add("direct");
-    c.sleeping = st.tp.sleeps();
-  }
+  const bool few = equal && Tuner::size_class(bytes).second <= f.crossover.few_rounds_max;  // by the class
+  const Tuner::Candidates c = gather_candidates(st, f, a, few, "bruck", tuned);
   run(st, f, Tuner::Kind::allgather, bytes, c, [&](int i) {
     const std::string_view name = c.names[i];
     if (name == "direct") allgatherv_direct(st, in, out, counts, elem);
@@ -91,14 +100,8 @@ void reduce_scatter_flat(Step& st, const Flat& f, Algorithm a, const void* in, v
   const int n = st.tp.size();
   const std::size_t bytes = count * size_of(t) * static_cast<std::size_t>(n);  // the input
   const bool tuned = a == Algorithm::automatic && n > 2 && tuned_up_to(f, bytes, f.cfg.ring_tuned_max);
-  Tuner::Candidates c{};
-  const bool few = Tuner::size_class(bytes).second <= f.crossover.few_rounds_max;  // by the class, as the tuner keys
-  c.add(a == Algorithm::direct ? "direct" : few ? "halving" : "ring");
-  if (tuned) {
-    c.add(c.names[0] == std::string_view("ring") ? "halving" : "ring");
-    if (n <= f.cfg.direct_max_ranks) c.add("direct");
-    c.sleeping = st.tp.sleeps();
-  }
+  const bool few = Tuner::size_class(bytes).second <= f.crossover.few_rounds_max;  // by the class
+  const Tuner::Candidates c = gather_candidates(st, f, a, few, "halving", tuned);
   run(st, f, Tuner::Kind::reduce_scatter, bytes, c, [&](int i) {
     const std::string_view name = c.names[i];
     if (name == "direct") reduce_scatter_direct(st, in, out, count, t, op);
