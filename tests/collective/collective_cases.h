@@ -8,8 +8,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <span>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace elasticrun::collective::testing {
 
@@ -56,14 +58,20 @@ inline void allreduce_case(Communicator& c, int r, DataType t, ReduceOp op, std:
   CHECK_SAME(out, reduced(t, op, c.size(), count), size_of(t), ctx("allreduce", r, t, op, count, in_place));
 }
 
+// What an allgather(v) of i32s gives when rank q contributes counts[q] of its input.
+inline Buf gathered(std::span<const std::size_t> counts) {
+  Buf want;
+  for (std::size_t q = 0; q < counts.size(); ++q) {
+    Buf part = input(DataType::i32, ReduceOp::sum, static_cast<int>(q), counts[q]);
+    want.insert(want.end(), part.begin(), part.end());
+  }
+  return want;
+}
+
 // Every rank's `count` i32s gathered (in place: from this rank's own block of the output).
 inline void allgather_case(Communicator& c, int r, std::size_t count, bool in_place) {
   const DataType t = DataType::i32;
-  Buf want;
-  for (int q = 0; q < c.size(); ++q) {
-    Buf part = input(t, ReduceOp::sum, q, count);
-    want.insert(want.end(), part.begin(), part.end());
-  }
+  Buf want = gathered(std::vector<std::size_t>(c.size(), count));
   Buf in = input(t, ReduceOp::sum, r, count), out(want.size());
   const unsigned char* src = in.data();
   if (in_place) {
@@ -72,6 +80,14 @@ inline void allgather_case(Communicator& c, int r, std::size_t count, bool in_pl
   }
   c.allgather(src, out.data(), count, t);
   CHECK_SAME(out, want, 4, ctx("allgather", r, t, ReduceOp::sum, count, in_place));
+}
+
+// Rank q's counts[q] i32s gathered, out of place.
+inline void allgatherv_case(Communicator& c, int r, std::span<const std::size_t> counts) {
+  Buf want = gathered(counts);
+  Buf in = input(DataType::i32, ReduceOp::sum, r, counts[r]), out(want.size());
+  c.allgatherv(in.data(), out.data(), counts, DataType::i32);
+  CHECK_SAME(out, want, 4, ctx("allgatherv", r, DataType::i32, ReduceOp::sum, counts[r], false));
 }
 
 // Block r of the ranks' size() x count inputs, reduced (in place: into this rank's own
