@@ -4,6 +4,8 @@
 // sizes (0, 1, odd, ~8 MiB), in place and out of place.
 #include "collective_cases.h"
 
+#include "host/tuner.h"
+
 #include <gtest/gtest.h>
 
 #include <thread>
@@ -308,6 +310,76 @@ TEST(Hierarchical, AllgatherOnUnevenHosts) {
                                      Clock::now() + std::chrono::milliseconds(10))) << name;
       }
     }
+}
+
+// The hierarchical reduce-scatter (each host's ranks reduce through shared memory, one rank
+// per host reduce-scatters the host sums over UCX) on hosts of equal size, forced and
+// automatic, every type and op, in rounds (4 KiB slots) and in place. On hosts of
+// different sizes automatic stays flat and forced says why.
+TEST(Hierarchical, ReduceScatterOnEvenHosts) {
+  for (std::vector<int> hosts : {std::vector{2, 2}, std::vector{3, 3}, std::vector{2, 2, 2}, std::vector{3, 1, 2}})
+    for (Algorithm a : {Algorithm::hier, Algorithm::automatic}) {
+      int n = 0;
+      for (int h : hosts) n += h;
+      const bool even = hosts.front() == hosts.back() && hosts.front() == hosts[hosts.size() / 2];
+      World w(n);
+      std::string name = "rs-";
+      name += name_of(a);
+      for (int h : hosts) name.append(1, '-').append(std::to_string(h));
+      std::atomic<int> refused{0};
+      run_ranks(w, [&](int r) { return on_hosts(hosts, r, a); }, name + "/", [&](int r, Communicator& c) {
+        if (!even && a == Algorithm::hier) {
+          int x[6] = {};
+          try {
+            c.reduce_scatter(x, x, 1, DataType::i32, ReduceOp::sum);
+          } catch (const Error& e) {
+            EXPECT_NE(std::string(e.what()).find("the hosts run different numbers of ranks"), std::string::npos)
+                << e.what();
+            ++refused;
+          }
+          return;
+        }
+        for (DataType t : kAllTypes)
+          for (ReduceOp op : kAllOps)
+            for (std::size_t count : {1u, 255u, 1023u})
+              for (bool in_place : {false, true}) reduce_scatter_case(c, r, t, op, count, in_place);
+        reduce_scatter_case(c, r, DataType::f32, ReduceOp::avg, 70001, false);
+        c.barrier();  // UCX collectives after hierarchical ones still line up
+        allreduce_case(c, r, DataType::i64, ReduceOp::max, 5000, true);
+      });
+      if (!even && a == Algorithm::hier) EXPECT_EQ(refused, n) << name;
+    }
+}
+
+// Automatic takes the hierarchical reduce-scatter where the hosts are even: the leaders'
+// tuner measures among the 3 hosts' leaders, where the flat one would measure among all 6
+// ranks (with {3, 1, 2}, which stays flat).
+TEST(Hierarchical, AutomaticReduceScatterWhereTheHostsAreEven) {
+  for (std::vector<int> hosts : {std::vector{2, 2, 2}, std::vector{3, 1, 2}}) {
+    World w(6);
+    std::vector<std::string> heard;
+    std::mutex mu;
+    std::string name = "rs-tuned";
+    for (int h : hosts) name.append(1, '-').append(std::to_string(h));
+    run_ranks(w, [&](int r) {
+      HostCommConfig c = on_hosts(hosts, r, Algorithm::automatic);
+      c.tune = true;
+      if (r == 0) c.on_tuned = [&](const std::string& text) {
+        std::lock_guard lock(mu);
+        heard.push_back(text);
+      };
+      return c;
+    }, name + "/", [](int r, Communicator& c) {
+      for (int call = 0; call < Tuner::most_calls(Tuner::kMaxCandidates) + 2; ++call)
+        reduce_scatter_case(c, r, DataType::f32, ReduceOp::sum, 1000, call % 2);
+    });
+    const std::string over = hosts[1] == 2 ? " over 3 ranks" : " over 6 ranks";
+    ASSERT_FALSE(heard.empty()) << name;
+    for (const std::string& h : heard) {
+      EXPECT_EQ(h.rfind("reduce_scatter of ", 0), 0u) << h;
+      EXPECT_NE(h.find(over), std::string::npos) << name << ": " << h;
+    }
+  }
 }
 
 // A rank that never comes is named by its job rank, not by its place in its host's

@@ -3,8 +3,9 @@
 #include "host/algorithms.h"
 #include "host/flat.h"
 #include "host/reduce.h"
-#include "host/hier_allreduce.h"
+#include "host/hierarchical.h"
 #include "host/shm_collectives.h"
+#include "host/self_transport.h"
 #include "host/sub_transport.h"
 #include "host/tuner.h"
 #include "host/ucx_transport.h"
@@ -26,26 +27,6 @@ std::string env_or(const char* name, const char* fallback) {
   const char* v = std::getenv(name);
   return v && *v ? v : fallback;
 }
-
-// A world of one has no peer: every collective is a local copy or nothing. It gets no
-// UCX context (whose start-up is about 12 ms of a one-rank job's); an algorithm that
-// tried to reach a peer would get an error, not a hang.
-class SelfTransport final : public Transport {
- public:
-  int rank() const override { return 0; }
-  int size() const override { return 1; }
-  Request isend(int peer, std::uint64_t, const void*, std::size_t) override { return none("send to", peer); }
-  Request irecv(int peer, std::uint64_t, void*, std::size_t) override { return none("receive from", peer); }
-  void wait(std::span<Request> reqs, Clock::time_point, const char*) override {
-    if (!reqs.empty()) throw Error("self transport: nothing to wait for in a world of one");
-  }
-  void cancel_all() override {}
-
- private:
-  static Request none(const char* what, int peer) {
-    throw Error(std::string("self transport: ") + what + " rank " + std::to_string(peer) + " in a world of one");
-  }
-};
 
 class HostCommunicator final : public elasticrun::Communicator {
  public:
@@ -171,7 +152,7 @@ class HostCommunicator final : public elasticrun::Communicator {
       // steps cross them (bench/RESULTS.md: 4 hosts x 2 ranks, 1 KiB-8 MiB, against the
       // flat fixed choices 1.03-2.34x faster behind 200 Mbit/s links, 1.27-1.70x
       // unshaped, 1.26-2.07x behind 500 us ones).
-      else if (Hierarchy* h = a == Algorithm::hier || a == Algorithm::automatic ? hierarchy(st) : nullptr)
+      else if (Hierarchy* h = hierarchy(st, a))
         allgather_hierarchical(*h, st, in, out, counts, elem);
       else if (a == Algorithm::hier) throw Error("allgatherv: ELASTICRUN_ALGORITHM=hier, but " + hier_unavailable_);
       else allgatherv_flat(st, flat(tuner_), a, in, out, counts, elem);
@@ -185,8 +166,14 @@ class HostCommunicator final : public elasticrun::Communicator {
       if (cfg_.size == 1) {
         if (in != out) std::memcpy(out, in, bytes);
       } else if (bytes > 0) {
+        const Algorithm a = algorithm();
         if (ShmGroup* g = shm(st)) reduce_scatter_shm(*g, in, out, count, t, op, shm_wait(st));
-        else reduce_scatter_flat(st, flat(tuner_), algorithm(), in, out, count, t, op);
+        else if (Hierarchy* h = hierarchy(st, a); h && hier_rs_unavailable(*h, t).empty())
+          reduce_scatter_hierarchical(*h, st, in, out, count, t, op);
+        else if (a == Algorithm::hier)
+          throw Error("reduce_scatter: ELASTICRUN_ALGORITHM=hier, but " +
+                      (h ? hier_rs_unavailable(*h, t) : hier_unavailable_));
+        else reduce_scatter_flat(st, flat(tuner_), a, in, out, count, t, op);
       }
     });
   }
@@ -219,7 +206,7 @@ class HostCommunicator final : public elasticrun::Communicator {
   // by `tuner` where tuning is on.
   Flat flat(Tuner& tuner) { return {cfg_, crossover_, tune_ ? &tuner : nullptr}; }
 
-  // The two levels of a hierarchical allreduce or allgather, as this rank sees them.
+  // The two levels of a hierarchical collective, as this rank sees them.
   struct Hierarchy {
     std::unique_ptr<ShmGroup> host;          // null when this rank is alone on its host
     std::unique_ptr<SubTransport> leaders;   // the hosts' first ranks; used by them only
@@ -227,11 +214,9 @@ class HostCommunicator final : public elasticrun::Communicator {
     std::vector<int> hosts;                  // each host's ranks, in rank order
     bool leader = false;
     std::size_t round_bytes = 0;             // the same on every rank
+    std::vector<std::byte> sums;             // the leader's: a reduce-scatter's host sums
   };
 
-  // Set up by the first hierarchical allreduce or allgather; null (with hier_unavailable_ saying
-  // why, the same on every rank) when the ranks are on one host, one per host, or
-  // laid out other than host by host, or when a host's segment could not be made.
   // Whether an allreduce of `bytes` is to be hierarchical where the hosts allow it (the
   // same answer on every rank: hierarchy() is collective the first time). Automatic:
   // up to hier_max_bytes, and only where this rank's host holds several ranks or some
@@ -240,6 +225,12 @@ class HostCommunicator final : public elasticrun::Communicator {
     return a == Algorithm::hier || (a == Algorithm::automatic && bytes <= cfg_.hier_max_bytes);
   }
 
+  // Set up by the first hierarchical collective; null (with hier_unavailable_ saying
+  // why, the same on every rank) when the ranks are on one host, one per host, or
+  // laid out other than host by host, or when a host's segment could not be made.
+  Hierarchy* hierarchy(Step& st, Algorithm a) {
+    return a == Algorithm::hier || a == Algorithm::automatic ? hierarchy(st) : nullptr;
+  }
   Hierarchy* hierarchy(Step& st) {
     if (hier_) return hier_.get();
     if (!hier_unavailable_.empty()) return nullptr;
@@ -302,28 +293,39 @@ class HostCommunicator final : public elasticrun::Communicator {
     allreduce_hier(ha, in, out, count, t, op, shm_wait(st));
   }
 
-  // Each host's ranks gather their blocks through shared memory, the hosts' first ranks
-  // exchange the hosts' parts over UCX (allgatherv_flat among them), and each hands the
-  // whole result to its host's ranks. The ranks are laid out host by host, so a host's
-  // blocks are consecutive in `out`. Every rank reserves the leaders' sequence number.
   void allgather_hierarchical(Hierarchy& h, Step& st, const void* in, void* out, std::span<const std::size_t> counts,
                               std::size_t elem) {
-    const int base = cfg_.rank - cfg_.local_rank;
-    std::size_t before = 0, total = 0;
-    for (int q = 0; q < cfg_.size; ++q) (q < base ? before : total) += counts[q];
-    total += before;
-    std::byte* part = static_cast<std::byte*>(out) + before * elem;  // this host's
-    const std::uint64_t across = seq_++;
-    if (h.host) allgatherv_shm(*h.host, in, part, counts.subspan(base, local_size()), elem, shm_wait(st));
-    else if (counts[cfg_.rank] > 0 && in != part) std::memcpy(part, in, counts[cfg_.rank] * elem);
-    if (h.leader) {
-      std::vector<std::size_t> parts(h.hosts.size(), 0);
-      for (std::size_t i = 0, q = 0; i < h.hosts.size(); ++i)
-        for (int j = 0; j < h.hosts[i]; ++j) parts[i] += counts[q++];
-      Step sub{*h.leaders, st.deadline, across, ws_, segment_, cfg_.window, st.what};
-      allgatherv_flat(sub, flat(h.tuner), Algorithm::automatic, part, out, parts, elem);
-    }
-    if (h.host) broadcast_shm(*h.host, out, total * elem, 0, shm_wait(st));
+    const std::uint64_t across = seq_++;  // every rank reserves the leaders' sequence number
+    HierAllgather ha{h.host.get(), h.leader, cfg_.rank - cfg_.local_rank, h.hosts, {}};
+    if (h.leader)
+      ha.across = [&](const void* part, void* all, std::span<const std::size_t> parts) {
+        Step sub{*h.leaders, st.deadline, across, ws_, segment_, cfg_.window, st.what};
+        allgatherv_flat(sub, flat(h.tuner), Algorithm::automatic, part, all, parts, elem);
+      };
+    allgather_hier(ha, in, out, counts, elem, shm_wait(st));
+  }
+
+  // Why the reduce-scatter cannot be hierarchical on `h` (empty: it can; the same everywhere).
+  std::string hier_rs_unavailable(const Hierarchy& h, DataType t) const {
+    if (std::adjacent_find(h.hosts.begin(), h.hosts.end(), std::not_equal_to<>()) != h.hosts.end())
+      return "the hosts run different numbers of ranks";
+    return hier_rs_piece(size_of(t), cfg_.size, h.round_bytes) ? "" : "a round cannot hold an element of every rank";
+  }
+
+  void reduce_scatter_hierarchical(Hierarchy& h, Step& st, const void* in, void* out, std::size_t count, DataType t,
+                                   ReduceOp op) {
+    const std::uint64_t across = seq_++;  // every rank reserves the leaders' sequence number
+    const std::size_t elem = size_of(t), block = count * static_cast<std::size_t>(local_size());  // a host's
+    if (h.leader) h.sums.resize(std::max(h.sums.size(), block * h.hosts.size() * elem));
+    HierReduceScatter hr{h.host.get(), h.leader, cfg_.rank - cfg_.local_rank, cfg_.size, h.round_bytes,
+                         h.sums.data(), {}};
+    if (h.leader)
+      hr.across = [&] {
+        Step sub{*h.leaders, st.deadline, across, ws_, segment_, cfg_.window, st.what};
+        std::byte* ours = h.sums.data() + static_cast<std::size_t>(h.leaders->rank()) * block * elem;
+        reduce_scatter_flat(sub, flat(h.tuner), Algorithm::automatic, h.sums.data(), ours, block, t, accumulate_op(op));
+      };
+    reduce_scatter_hier(hr, in, out, count, t, op, shm_wait(st));
   }
 
   // The shared-memory group if this call should use it: null under a forced ring or

@@ -10,7 +10,8 @@
 // chained; allgather(v) and reduce_scatter by rings, or where the ranks span hosts and
 // the call is small, by Bruck's allgather (equal blocks) and the halving
 // reduce-scatter. Across hosts that hold several ranks, an allreduce up to
-// `hier_max_bytes` and an allgather of any size are hierarchical (hier_allreduce.h):
+// `hier_max_bytes`, an allgather of any size and a reduce-scatter of any size (where
+// every host holds as many ranks) are hierarchical (hierarchical.h):
 // shared memory within each host, UCX among one rank per host (bench/RESULTS.md: the
 // allreduce 2x at 8-32 KiB and 1.2x at 64-512 KiB on shaped 4 x 2 hosts, even at 1 MiB,
 // behind above; the allgather 1.0-2.3x at every size). Across hosts, where the
@@ -21,8 +22,8 @@
 // collective, and that allreduce algorithm; direct also every broadcast, allgather and
 // reduce-scatter); it is read at every call unless HostCommConfig fixes it, so a test
 // program can switch algorithms without rebuilding the communicator.
-// ELASTICRUN_ALGORITHM=hier makes every allreduce and allgather across hosts
-// hierarchical.
+// ELASTICRUN_ALGORITHM=hier makes every allreduce, allgather and reduce-scatter across
+// hosts hierarchical.
 //
 // Progress: busy-polling when this host runs no more ranks than it has cores,
 // blocking on the UCX event fd otherwise; ELASTICRUN_PROGRESS=busy|block|auto forces it.

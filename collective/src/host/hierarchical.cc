@@ -1,0 +1,110 @@
+#include "host/hierarchical.h"
+
+#include "host/reduce.h"
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+namespace elasticrun::collective {
+
+void allreduce_hier(const HierAllreduce& h, const void* in, void* out, std::size_t count, DataType t,
+                    ReduceOp op, const ShmWait& w) {
+  const std::size_t e = size_of(t);
+  const ReduceOp acc = accumulate_op(op);
+  const auto* src = static_cast<const std::byte*>(in);
+  auto* dst = static_cast<std::byte*>(out);
+  const std::size_t per_round = std::max<std::size_t>(h.round_bytes / e, 1);
+  std::size_t round = 0;
+  for (std::size_t o = 0; o < count; o += per_round, ++round) {
+    const std::size_t len = std::min(per_round, count - o);
+    const std::byte* s = src + o * e;
+    std::byte* d = dst + o * e;
+    std::byte* sum = d;  // where the host's sum of this round is, for the leader
+    int set = 0;
+    if (h.host) {
+      ShmGroup& g = *h.host;
+      set = g.next_set();
+      const schedule::Range mine = my_part(g, len);
+      reduce_my_part(g, set, s, len, mine, t, acc, g.result(set) + mine.offset * e, w);
+      g.barrier(w.deadline, w.abort, w.what);
+      sum = g.result(set);
+    } else if (s != d) {
+      copy_pieces(d, s, len * e);
+    }
+    if (h.leader) {
+      if (h.across) h.across(round, sum, len);
+      if (op == ReduceOp::avg) finalize_avg(t, sum, len, h.world);
+    }
+    if (h.host) {
+      h.host->barrier(w.deadline, w.abort, w.what);
+      copy_pieces(d, h.host->result(set), len * e);
+    }
+  }
+}
+
+void allgather_hier(const HierAllgather& h, const void* in, void* out, std::span<const std::size_t> counts,
+                    std::size_t elem, const ShmWait& w) {
+  const int mine = h.host ? h.host->size() : 1;
+  std::size_t before = 0, total = 0;
+  for (std::size_t q = 0; q < counts.size(); ++q) (q < static_cast<std::size_t>(h.first) ? before : total) += counts[q];
+  total += before;
+  std::byte* part = static_cast<std::byte*>(out) + before * elem;  // this host's
+  if (h.host) allgatherv_shm(*h.host, in, part, counts.subspan(h.first, mine), elem, w);
+  else if (counts[h.first] > 0 && in != part) std::memcpy(part, in, counts[h.first] * elem);
+  if (h.leader) {
+    std::vector<std::size_t> parts(h.hosts.size(), 0);
+    for (std::size_t i = 0, q = 0; i < h.hosts.size(); ++i)
+      for (int j = 0; j < h.hosts[i]; ++j) parts[i] += counts[q++];
+    h.across(part, out, parts);
+  }
+  if (h.host) broadcast_shm(*h.host, out, total * elem, 0, w);
+}
+
+void reduce_scatter_hier(const HierReduceScatter& h, const void* in, void* out, std::size_t count, DataType t,
+                         ReduceOp op, const ShmWait& w) {
+  const std::size_t e = size_of(t), n = static_cast<std::size_t>(h.world);
+  const ReduceOp acc = accumulate_op(op);
+  const auto* src = static_cast<const std::byte*>(in);
+  auto* dst = static_cast<std::byte*>(out);
+  ShmGroup& g = *h.host;
+  const int L = g.size(), r = g.rank();
+  // The host sums. The pieces this rank reduces: the others copy them into their slots,
+  // it reads its own from `in`, as it does the pieces it does not reduce into its slot.
+  const schedule::Range mine = schedule::balanced(n, static_cast<std::size_t>(L), static_cast<std::size_t>(r));
+  const std::size_t per = hier_rs_piece(e, h.world, h.round_bytes);
+  for (std::size_t o = 0; o < count; o += per) {
+    const std::size_t len = std::min(per, count - o), bytes = len * e;
+    const int set = g.next_set();
+    auto piece = [&](std::size_t q) { return src + (q * count + o) * e; };
+    std::byte* slot = g.input(set, r);
+    for (std::size_t q = 0; q < n; ++q)
+      if (q < mine.offset || q >= mine.offset + mine.count) copy_pieces(slot + q * bytes, piece(q), bytes);
+    g.barrier(w.deadline, w.abort, w.what);
+    for (std::size_t q = mine.offset; q < mine.offset + mine.count; ++q) {
+      auto from = [&](int p) -> const std::byte* { return p == r ? piece(q) : g.input(set, p) + q * bytes; };
+      std::byte* res = g.result(set) + q * bytes;
+      reduce(t, acc, res, from(0), from(1), len);
+      for (int p = 2; p < L; ++p) reduce(t, acc, res, res, from(p), len);
+    }
+    g.barrier(w.deadline, w.abort, w.what);
+    if (h.leader)
+      for (std::size_t q = 0; q < n; ++q) copy_pieces(h.sums + (q * count + o) * e, g.result(set) + q * bytes, bytes);
+  }
+  // Across the hosts: this host's L blocks, from the first of its ranks on.
+  const std::byte* ours = h.sums + static_cast<std::size_t>(h.first) * count * e;
+  if (h.leader) h.across();
+  // Each rank's block, through the result slots.
+  const std::size_t each = std::max<std::size_t>(h.round_bytes / e / static_cast<std::size_t>(L), 1);
+  for (std::size_t o = 0; o < count; o += each) {
+    const std::size_t len = std::min(each, count - o), bytes = len * e;
+    const int set = g.next_set();
+    if (h.leader)
+      for (int q = 1; q < L; ++q) copy_pieces(g.result(set) + q * bytes, ours + (q * count + o) * e, bytes);
+    g.barrier(w.deadline, w.abort, w.what);
+    copy_pieces(dst + o * e, h.leader ? ours + o * e : g.result(set) + static_cast<std::size_t>(r) * bytes, bytes);
+  }
+  if (op == ReduceOp::avg) finalize_avg(t, dst, count, h.world);
+}
+
+}  // namespace elasticrun::collective

@@ -1,0 +1,92 @@
+// Collectives across hosts in two levels. The allreduce: the ranks of each host reduce
+// through shared memory, the hosts' first ranks (leaders) allreduce the host sums over
+// UCX, and each host's ranks copy the result out of shared memory. Across hosts only
+// one rank per host sends, so the network carries 1/local_size of what a flat ring
+// over every rank would make it carry, and messages between ranks of one host
+// never go through UCX. The reduce-scatter works the same way, with a reduce-scatter
+// among the leaders, and the allgather with an allgather.
+#pragma once
+
+#include "host/shm_collectives.h"
+
+#include <elasticrun/types.hpp>
+
+#include <cstddef>
+#include <functional>
+#include <span>
+
+namespace elasticrun::collective {
+
+struct HierAllreduce {
+  ShmGroup* host = nullptr;  // this host's ranks; null when this rank is alone on its host
+  bool leader = false;       // the host's first rank: it takes part in `across`
+  int world = 1;             // ranks in all, the divisor of avg
+  std::size_t round_bytes;   // vector bytes per round, the same on every rank (and <= the host's slot)
+  // Leaders only: allreduces `count` elements in place among the leaders with the
+  // accumulating op, as round number `round` (rounds need distinct message tags).
+  std::function<void(std::size_t round, void* buf, std::size_t count)> across;
+};
+
+// Rounds of round_bytes: copy in (all but our part), barrier, reduce our part into
+// the result slot, barrier, leader allreduces the slot across hosts, barrier, all
+// copy the slot out. It takes hier_rounds() rounds, the same on every rank.
+void allreduce_hier(const HierAllreduce& h, const void* in, void* out, std::size_t count, DataType t,
+                    ReduceOp op, const ShmWait& w);
+
+// How many rounds allreduce_hier takes for `bytes` (none when empty), so that every
+// rank can reserve that many sequence numbers before the call.
+inline std::size_t hier_rounds(std::size_t bytes, std::size_t elem, std::size_t round_bytes) {
+  std::size_t per = std::max<std::size_t>(round_bytes / elem, 1), count = bytes / elem;
+  return count == 0 ? 0 : (count + per - 1) / per;
+}
+
+// The allgather in two levels, on any hosts (the ranks laid out host by host, so a host's
+// blocks are consecutive in `out`): each host's ranks gather theirs through shared memory
+// into the host's part of `out`, the leader exchanges the hosts' parts among the leaders,
+// and hands the whole result to its host's ranks.
+struct HierAllgather {
+  ShmGroup* host = nullptr;  // null when this rank is alone on its host
+  bool leader = false;
+  int first = 0;                // this host's first rank
+  std::span<const int> hosts;   // each host's ranks, in rank order
+  // Leaders only: allgathers this host's part (at `part`) among the leaders into `out`,
+  // host i's part `parts[i]` elements.
+  std::function<void(const void* part, void* out, std::span<const std::size_t> parts)> across;
+};
+
+void allgather_hier(const HierAllgather& h, const void* in, void* out, std::span<const std::size_t> counts,
+                    std::size_t elem, const ShmWait& w);
+
+// The reduce-scatter in two levels, where every host runs the same number L >= 2 of
+// ranks, laid out host by host (rank = host * L + local rank), so that host i's blocks
+// are consecutive: i*L .. i*L+L-1. First the host sums, in rounds of `piece` elements
+// of every block (world pieces fill at most a slot; each host rank reduces n/L of
+// them): each rank copies the pieces others reduce into its slot, barrier, each reduces
+// its own pieces (its input read in place) into the result slot, barrier, and the
+// leader copies them into `sums`. Then the leader reduce-scatters `sums` among the
+// leaders in one call, which pipelines the whole vector (rounds that each crossed the
+// network once took a round trip each: behind 500 us links 1.3x the flat ring's time at
+// 2-8 MiB). Last, in rounds, the leader copies its ranks' blocks into the result slot,
+// barrier, and each copies its own out.
+struct HierReduceScatter {
+  ShmGroup* host = nullptr;  // this host's L ranks (never null: L >= 2)
+  bool leader = false;
+  int first = 0;             // this host's first rank
+  int world = 1;             // ranks in all, the divisor of avg
+  std::size_t round_bytes;   // the slot bytes a round may fill, the same on every rank
+  std::byte* sums = nullptr; // leaders: room for the whole input (world blocks)
+  // Leaders only: reduce-scatters `sums` in place among the leaders with the
+  // accumulating op, blocks of L blocks: this host's land at its place in `sums`.
+  std::function<void()> across;
+};
+
+void reduce_scatter_hier(const HierReduceScatter& h, const void* in, void* out, std::size_t count, DataType t,
+                         ReduceOp op, const ShmWait& w);
+
+// Elements of each block a round of reduce_scatter_hier's sums takes (0: world pieces of
+// one element do not fit in `round_bytes`, and it cannot run).
+inline std::size_t hier_rs_piece(std::size_t elem, int world, std::size_t round_bytes) {
+  return round_bytes / elem / static_cast<std::size_t>(world);
+}
+
+}  // namespace elasticrun::collective
