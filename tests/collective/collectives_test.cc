@@ -299,7 +299,7 @@ TEST(Hierarchical, AllgatherOnUnevenHosts) {
         for (int q = 0; q < c.size(); ++q) counts[q] = (q % 3 == 1) ? 0 : 700 * q + 5;
         allgatherv_case(c, r, counts);
         c.barrier();  // UCX collectives after hierarchical ones still line up
-        allreduce_case(c, r, DataType::f32, ReduceOp::sum, 200000, false);  // flat (past hier_max_bytes)
+        allreduce_case(c, r, DataType::f32, ReduceOp::sum, 200000, false);  // hierarchical too (auto)
       });
       // Automatic went hierarchical too: the first host of several ranks made its segment.
       int base = 0;

@@ -23,22 +23,17 @@ struct HierAllreduce {
   int world = 1;             // ranks in all, the divisor of avg
   std::size_t round_bytes;   // vector bytes per round, the same on every rank (and <= the host's slot)
   // Leaders only: allreduces `count` elements in place among the leaders with the
-  // accumulating op, as round number `round` (rounds need distinct message tags).
-  std::function<void(std::size_t round, void* buf, std::size_t count)> across;
+  // accumulating op.
+  std::function<void(void* buf, std::size_t count)> across;
 };
 
-// Rounds of round_bytes: copy in (all but our part), barrier, reduce our part into
-// the result slot, barrier, leader allreduces the slot across hosts, barrier, all
-// copy the slot out. It takes hier_rounds() rounds, the same on every rank.
+// The host's sum in rounds of round_bytes (copy in all but our part, barrier, reduce our
+// part into the result slot, barrier, the leader copies the slot into its `out`), then
+// the leader allreduces its `out` across hosts in one call (one pipeline for the whole
+// vector: a call per round took a round trip per round), then the leader broadcasts it
+// to its host's ranks through the segment.
 void allreduce_hier(const HierAllreduce& h, const void* in, void* out, std::size_t count, DataType t,
                     ReduceOp op, const ShmWait& w);
-
-// How many rounds allreduce_hier takes for `bytes` (none when empty), so that every
-// rank can reserve that many sequence numbers before the call.
-inline std::size_t hier_rounds(std::size_t bytes, std::size_t elem, std::size_t round_bytes) {
-  std::size_t per = std::max<std::size_t>(round_bytes / elem, 1), count = bytes / elem;
-  return count == 0 ? 0 : (count + per - 1) / per;
-}
 
 // The allgather in two levels, on any hosts (the ranks laid out host by host, so a host's
 // blocks are consecutive in `out`): each host's ranks gather theirs through shared memory

@@ -219,7 +219,7 @@ class HostCommunicator final : public elasticrun::Communicator {
 
   // Whether an allreduce of `bytes` is to be hierarchical where the hosts allow it (the
   // same answer on every rank: hierarchy() is collective the first time). Automatic:
-  // up to hier_max_bytes, and only where this rank's host holds several ranks or some
+  // up to hier_max_bytes (every size by default), and only where this rank's host holds several ranks or some
   // other's may (local_size() is this host's; hierarchy() gathers everyone's).
   bool use_hier(Algorithm a, std::size_t bytes) const {
     return a == Algorithm::hier || (a == Algorithm::automatic && bytes <= cfg_.hier_max_bytes);
@@ -274,21 +274,12 @@ class HostCommunicator final : public elasticrun::Communicator {
 
   void allreduce_hierarchical(Hierarchy& h, Step& st, const void* in, void* out, std::size_t count, DataType t,
                               ReduceOp op) {
-    const std::size_t elem = size_of(t);
-    // Every rank reserves one sequence number per round, leader or not, so that the
-    // next collective's tags agree everywhere.
-    const std::uint64_t first = seq_;
-    seq_ += hier_rounds(count * elem, elem, h.round_bytes);
-    HierAllreduce ha;
-    ha.host = h.host.get();
-    ha.leader = h.leader;
-    ha.world = cfg_.size;
-    ha.round_bytes = h.round_bytes;
-    const ReduceOp acc = accumulate_op(op);
+    const std::uint64_t across = seq_++;  // every rank reserves the leaders' sequence number
+    HierAllreduce ha{h.host.get(), h.leader, cfg_.size, h.round_bytes, {}};
     if (h.leader)
-      ha.across = [&](std::size_t round, void* buf, std::size_t n) {
-        Step sub{*h.leaders, st.deadline, first + round, ws_, segment_, cfg_.window, st.what};
-        allreduce_flat(sub, flat(h.tuner), Algorithm::automatic, buf, buf, n, t, acc);
+      ha.across = [&](void* buf, std::size_t n) {
+        Step sub{*h.leaders, st.deadline, across, ws_, segment_, cfg_.window, st.what};
+        allreduce_flat(sub, flat(h.tuner), Algorithm::automatic, buf, buf, n, t, accumulate_op(op));
       };
     allreduce_hier(ha, in, out, count, t, op, shm_wait(st));
   }

@@ -9,12 +9,11 @@
 // above; broadcast binomial, by scatter-allgather (middle sizes across hosts) or
 // chained; allgather(v) and reduce_scatter by rings, or where the ranks span hosts and
 // the call is small, by Bruck's allgather (equal blocks) and the halving
-// reduce-scatter. Across hosts that hold several ranks, an allreduce up to
-// `hier_max_bytes`, an allgather of any size and a reduce-scatter of any size (where
-// every host holds as many ranks) are hierarchical (hierarchical.h):
-// shared memory within each host, UCX among one rank per host (bench/RESULTS.md: the
-// allreduce 2x at 8-32 KiB and 1.2x at 64-512 KiB on shaped 4 x 2 hosts, even at 1 MiB,
-// behind above; the allgather 1.0-2.3x at every size). Across hosts, where the
+// reduce-scatter. Across hosts that hold several ranks, allreduces and allgathers of
+// any size and reduce-scatters of any size (where every host holds as many ranks) are
+// hierarchical (hierarchical.h): shared memory within each host, UCX among one rank per
+// host (bench/RESULTS.md: on shaped 4 x 2 hosts the allreduce 2x at 8-32 KiB and 1.2x
+// at 64 KiB-8 MiB, the allgather 1.0-2.3x, the reduce-scatter 1.1-2.3x). Across hosts, where the
 // crossovers only guess, the first calls of each size class measure the candidates
 // (the direct and two-shot algorithms among them) and the ranks agree on the fastest
 // (host/tuner.h; HostCommConfig::tune). ELASTICRUN_ALGORITHM=shm|ring|rd|rhd|direct|
@@ -130,7 +129,11 @@ struct HostCommConfig {
   std::size_t direct_broadcast_max_bytes = 2 * 1024 * 1024;
   int direct_max_ranks = 16;
   std::size_t chain_min_bytes = 128 * 1024;  // automatic broadcast: the chain above this size
-  std::size_t hier_max_bytes = 512 * 1024;   // automatic allreduce: hierarchical up to this size
+  // Automatic allreduce: hierarchical up to this size (every size: since the leaders
+  // allreduce the host sums in one call, it took 0.66-0.88x the flat algorithms' time at
+  // 1-8 MiB on 4 x 2 hosts behind 200 Mbit/s links, 0.68-1.0x unshaped, level behind
+  // 500 us ones; bench/RESULTS.md).
+  std::size_t hier_max_bytes = SIZE_MAX;
   // Shared-memory allreduce (bench/RESULTS.md has the measurements behind these):
   std::size_t shm_slot_bytes = 1024 * 1024;       // vector bytes per round (fewer barriers)
   std::size_t shm_max_segment = 16 * 1024 * 1024; // caps the slots when there are many ranks
