@@ -83,8 +83,8 @@ void reduce_scatter_hier(const HierReduceScatter& h, const void* in, void* out, 
       for (std::size_t q = 0; q < n; ++q) copy_pieces(h.sums + (q * count + o) * e, g.result(set) + q * bytes, bytes);
   }
   // Across the hosts: this host's L blocks, from the first of its ranks on.
-  const std::byte* ours = h.sums + static_cast<std::size_t>(h.first) * count * e;
-  if (h.leader) h.across();
+  std::byte* ours = h.sums + static_cast<std::size_t>(h.first) * count * e;
+  if (h.leader) h.across(ours);
   // Each rank's block, through the result slots.
   const std::size_t each = std::max<std::size_t>(h.round_bytes / e / static_cast<std::size_t>(L), 1);
   for (std::size_t o = 0; o < count; o += each) {

@@ -71,8 +71,8 @@ struct HierReduceScatter {
   std::size_t round_bytes;   // the slot bytes a round may fill, the same on every rank
   std::byte* sums = nullptr; // leaders: room for the whole input (world blocks)
   // Leaders only: reduce-scatters `sums` in place among the leaders with the
-  // accumulating op, blocks of L blocks: this host's land at its place in `sums`.
-  std::function<void()> across;
+  // accumulating op, blocks of L blocks: this host's land at `ours`, its place in `sums`.
+  std::function<void(std::byte* ours)> across;
 };
 
 void reduce_scatter_hier(const HierReduceScatter& h, const void* in, void* out, std::size_t count, DataType t,

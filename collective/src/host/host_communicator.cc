@@ -218,9 +218,10 @@ class HostCommunicator final : public elasticrun::Communicator {
   };
 
   // Whether an allreduce of `bytes` is to be hierarchical where the hosts allow it (the
-  // same answer on every rank: hierarchy() is collective the first time). Automatic:
-  // up to hier_max_bytes (every size by default), and only where this rank's host holds several ranks or some
-  // other's may (local_size() is this host's; hierarchy() gathers everyone's).
+  // same answer on every rank: hierarchy() is collective the first time). Automatic: up
+  // to hier_max_bytes (every size by default), and only where this rank's host holds
+  // several ranks or some other's may (local_size() is this host's; hierarchy() gathers
+  // everyone's).
   bool use_hier(Algorithm a, std::size_t bytes) const {
     return a == Algorithm::hier || (a == Algorithm::automatic && bytes <= cfg_.hier_max_bytes);
   }
@@ -311,9 +312,8 @@ class HostCommunicator final : public elasticrun::Communicator {
     HierReduceScatter hr{h.host.get(), h.leader, cfg_.rank - cfg_.local_rank, cfg_.size, h.round_bytes,
                          h.sums.data(), {}};
     if (h.leader)
-      hr.across = [&] {
+      hr.across = [&](std::byte* ours) {
         Step sub{*h.leaders, st.deadline, across, ws_, segment_, cfg_.window, st.what};
-        std::byte* ours = h.sums.data() + static_cast<std::size_t>(h.leaders->rank()) * block * elem;
         reduce_scatter_flat(sub, flat(h.tuner), Algorithm::automatic, h.sums.data(), ours, block, t, accumulate_op(op));
       };
     reduce_scatter_hier(hr, in, out, count, t, op, shm_wait(st));
