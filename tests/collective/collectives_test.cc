@@ -348,7 +348,9 @@ TEST(Hierarchical, ReduceScatterOnEvenHosts) {
         c.barrier();  // UCX collectives after hierarchical ones still line up
         allreduce_case(c, r, DataType::i64, ReduceOp::max, 5000, true);
       });
-      if (!even && a == Algorithm::hier) EXPECT_EQ(refused, n) << name;
+      if (!even && a == Algorithm::hier) {
+        EXPECT_EQ(refused, n) << name;
+      }
     }
 }
 

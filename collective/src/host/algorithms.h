@@ -6,13 +6,16 @@
 // assumed consistent across ranks.
 #pragma once
 
+#include "host/schedule.h"
 #include "host/transport.h"
 
 #include <elasticrun/types.hpp>
 
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <span>
+#include <vector>
 
 namespace elasticrun::collective {
 
@@ -50,7 +53,16 @@ struct Step {
   void wait(std::span<Transport::Request> r) const { tp.wait(r, deadline, what); }
 };
 
-void allreduce_ring(Step& st, const void* in, void* out, std::size_t count, DataType t, ReduceOp op);
+// Called before an algorithm first reads `count` elements of its input from `offset` on,
+// so that a caller can fill the input while earlier parts are already on the wire (the
+// hierarchical allreduce's host sums). The ring asks for each chunk as it needs it, in
+// the order allreduce_ring_reads gives; the other algorithms ask for all of it first.
+using InputReady = std::function<void(std::size_t offset, std::size_t count)>;
+
+void allreduce_ring(Step& st, const void* in, void* out, std::size_t count, DataType t, ReduceOp op,
+                    const InputReady* ready = nullptr);
+// The blocks of its input, in elements, in the order the ring of `size` reads them on `rank`.
+std::vector<schedule::Range> allreduce_ring_reads(int rank, int size, std::size_t count);
 void allreduce_rd(Step& st, const void* in, void* out, std::size_t count, DataType t, ReduceOp op);
 // One exchange: every rank sends its vector to every other and folds all n in rank order.
 void allreduce_direct(Step& st, const void* in, void* out, std::size_t count, DataType t, ReduceOp op);

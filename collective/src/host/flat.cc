@@ -35,14 +35,16 @@ Tuner::Candidates gather_candidates(const Step& st, const Flat& f, Algorithm a, 
 }  // namespace
 
 void allreduce_flat(Step& st, const Flat& f, Algorithm a, const void* in, void* out, std::size_t count, DataType t,
-                    ReduceOp op) {
+                    ReduceOp op, const InputReady* ready) {
   const std::size_t bytes = count * size_of(t);
   auto run_one = [&](Algorithm x) {
+    const bool ring = x != Algorithm::rd && x != Algorithm::rhd && x != Algorithm::direct && x != Algorithm::twoshot;
+    if (ring) return allreduce_ring(st, in, out, count, t, op, ready);
+    if (ready) (*ready)(0, count);
     if (x == Algorithm::rd) allreduce_rd(st, in, out, count, t, op);
     else if (x == Algorithm::rhd) allreduce_rhd(st, in, out, count, t, op);
     else if (x == Algorithm::direct) allreduce_direct(st, in, out, count, t, op);
-    else if (x == Algorithm::twoshot) allreduce_twoshot(st, in, out, count, t, op);
-    else allreduce_ring(st, in, out, count, t, op);
+    else allreduce_twoshot(st, in, out, count, t, op);
   };
   if (a != Algorithm::automatic) return run_one(a);
   const int n = st.tp.size();

@@ -21,9 +21,10 @@ struct Flat {
 };
 
 // ring, rd, rhd, direct or twoshot as forced; else rd up to rd_max, rhd up to rhd_max, the
-// ring above; tuned against Tuner::allreduce_candidates up to ring_tuned_max.
+// ring above; tuned against Tuner::allreduce_candidates up to ring_tuned_max. `ready`, if
+// set, is asked for the input as algorithms.h says.
 void allreduce_flat(Step& st, const Flat& f, Algorithm a, const void* in, void* out, std::size_t count, DataType t,
-                    ReduceOp op);
+                    ReduceOp op, const InputReady* ready = nullptr);
 // direct as forced; else the binomial tree below scatter_min, scatter-allgather up to
 // chain_min_bytes, the chain above; tuned against the binomial tree, the pipelined binary
 // tree and direct (HostCommConfig::tune).

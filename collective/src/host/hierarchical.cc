@@ -13,24 +13,38 @@ void allreduce_hier(const HierAllreduce& h, const void* in, void* out, std::size
   const std::size_t e = size_of(t);
   const auto* src = static_cast<const std::byte*>(in);
   auto* dst = static_cast<std::byte*>(out);
+  std::vector<schedule::Range> rounds;  // the host sum's, in the order they run
   if (h.host) {
-    ShmGroup& g = *h.host;
     const std::size_t per = std::max<std::size_t>(h.round_bytes / e, 1);
-    for (std::size_t o = 0; o < count; o += per) {
-      const std::size_t len = std::min(per, count - o);
-      const int set = g.next_set();
-      const schedule::Range mine = my_part(g, len);
-      reduce_my_part(g, set, src + o * e, len, mine, t, accumulate_op(op), g.result(set) + mine.offset * e, w);
-      g.barrier(w.deadline, w.abort, w.what);
-      if (h.leader) copy_pieces(dst + o * e, g.result(set), len * e);
-    }
+    for (const schedule::Range& b : count <= per ? std::vector<schedule::Range>{{0, count}}
+                                                 : allreduce_ring_reads(h.index, h.hosts, count))
+      for (std::size_t o = 0; o < b.count; o += per) rounds.push_back({b.offset + o, std::min(per, b.count - o)});
   } else if (src != dst) {
     copy_pieces(dst, src, count * e);
   }
-  if (h.leader) {
-    if (h.across) h.across(dst, count);
-    if (op == ReduceOp::avg) finalize_avg(t, dst, count, h.world);
+  std::size_t done = 0;
+  auto sum_round = [&] {
+    ShmGroup& g = *h.host;
+    const schedule::Range part = rounds[done++];
+    const int set = g.next_set();
+    const schedule::Range mine = my_part(g, part.count);
+    reduce_my_part(g, set, src + part.offset * e, part.count, mine, t, accumulate_op(op),
+                   g.result(set) + mine.offset * e, w);
+    g.barrier(w.deadline, w.abort, w.what);
+    if (h.leader) copy_pieces(dst + part.offset * e, g.result(set), part.count * e);
+  };
+  if (h.leader && h.across) {
+    // Sums every round up to the last that holds a part of [offset, offset + n).
+    const InputReady ready = [&](std::size_t offset, std::size_t n) {
+      std::size_t last = done;
+      for (std::size_t k = done; k < rounds.size(); ++k)
+        if (rounds[k].offset < offset + n && offset < rounds[k].offset + rounds[k].count) last = k + 1;
+      while (done < last) sum_round();
+    };
+    h.across(dst, count, ready);
   }
+  while (done < rounds.size()) sum_round();
+  if (h.leader && op == ReduceOp::avg) finalize_avg(t, dst, count, h.world);
   if (h.host) broadcast_shm(*h.host, dst, count * e, 0, w);
 }
 

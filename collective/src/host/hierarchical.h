@@ -7,6 +7,7 @@
 // among the leaders, and the allgather with an allgather.
 #pragma once
 
+#include "host/algorithms.h"
 #include "host/shm_collectives.h"
 
 #include <elasticrun/types.hpp>
@@ -21,17 +22,22 @@ struct HierAllreduce {
   ShmGroup* host = nullptr;  // this host's ranks; null when this rank is alone on its host
   bool leader = false;       // the host's first rank: it takes part in `across`
   int world = 1;             // ranks in all, the divisor of avg
+  int hosts = 1;             // hosts (leaders) in all
+  int index = 0;             // this host's place among them (its leader's rank in `across`)
   std::size_t round_bytes;   // vector bytes per round, the same on every rank (and <= the host's slot)
   // Leaders only: allreduces `count` elements in place among the leaders with the
-  // accumulating op.
-  std::function<void(void* buf, std::size_t count)> across;
+  // accumulating op, asking `ready` before it reads a part of `buf` (algorithms.h).
+  std::function<void(void* buf, std::size_t count, const InputReady& ready)> across;
 };
 
 // The host's sum in rounds of round_bytes (copy in all but our part, barrier, reduce our
-// part into the result slot, barrier, the leader copies the slot into its `out`), then
-// the leader allreduces its `out` across hosts in one call (one pipeline for the whole
-// vector: a call per round took a round trip per round), then the leader broadcasts it
-// to its host's ranks through the segment.
+// part into the result slot, barrier, the leader copies the slot into its `out`); the
+// leader allreduces its `out` across hosts in one call (one pipeline for the whole
+// vector: a call per round took a round trip per round), then broadcasts it to its
+// host's ranks through the segment. Vectors of more than a round are summed in the order
+// the leaders' ring reads them (allreduce_ring_reads), and the leader sums each round
+// only when the ring asks for it, so the first parts are on the wire while the host
+// still sums the rest.
 void allreduce_hier(const HierAllreduce& h, const void* in, void* out, std::size_t count, DataType t,
                     ReduceOp op, const ShmWait& w);
 

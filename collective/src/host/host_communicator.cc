@@ -213,6 +213,7 @@ class HostCommunicator final : public elasticrun::Communicator {
     Tuner tuner;                             // the leaders' decisions (theirs alone)
     std::vector<int> hosts;                  // each host's ranks, in rank order
     bool leader = false;
+    int index = 0;                           // this host's place in `hosts`
     std::size_t round_bytes = 0;             // the same on every rank
     std::vector<std::byte> sums;             // the leader's: a reduce-scatter's host sums
   };
@@ -262,6 +263,7 @@ class HostCommunicator final : public elasticrun::Communicator {
     h->round_bytes = std::min(cfg_.shm_slot_bytes, cfg_.shm_max_segment / (2 * (widest + 1))) / 4096 * 4096;
     h->round_bytes = std::max<std::size_t>(h->round_bytes, 4096);
     const int base = cfg_.rank - cfg_.local_rank;
+    h->index = static_cast<int>(std::find(leaders.begin(), leaders.end(), base) - leaders.begin());
     if (!make_group(st, "hier/" + std::to_string(base), cfg_.local_rank, local_size(), h->round_bytes, h->host,
                     hier_unavailable_)) {
       ER_LOG(collective, warn, "hierarchical collectives are off for this epoch: {}", hier_unavailable_);
@@ -276,11 +278,11 @@ class HostCommunicator final : public elasticrun::Communicator {
   void allreduce_hierarchical(Hierarchy& h, Step& st, const void* in, void* out, std::size_t count, DataType t,
                               ReduceOp op) {
     const std::uint64_t across = seq_++;  // every rank reserves the leaders' sequence number
-    HierAllreduce ha{h.host.get(), h.leader, cfg_.size, h.round_bytes, {}};
+    HierAllreduce ha{h.host.get(), h.leader, cfg_.size, static_cast<int>(h.hosts.size()), h.index, h.round_bytes, {}};
     if (h.leader)
-      ha.across = [&](void* buf, std::size_t n) {
+      ha.across = [&](void* buf, std::size_t n, const InputReady& ready) {
         Step sub{*h.leaders, st.deadline, across, ws_, segment_, cfg_.window, st.what};
-        allreduce_flat(sub, flat(h.tuner), Algorithm::automatic, buf, buf, n, t, accumulate_op(op));
+        allreduce_flat(sub, flat(h.tuner), Algorithm::automatic, buf, buf, n, t, accumulate_op(op), &ready);
       };
     allreduce_hier(ha, in, out, count, t, op, shm_wait(st));
   }

@@ -34,6 +34,7 @@ struct RingJob {
   const std::byte* first_src = nullptr; // start of the block sent at step 0
   std::byte* work = nullptr;            // full layout: partials and gathered blocks
   std::byte* final_out = nullptr;       // if set, the last reduce-scatter step lands here
+  const InputReady* ready = nullptr;    // if set, asked before `in` is read (algorithms.h)
 };
 
 class RingRunner {
@@ -64,6 +65,7 @@ class RingRunner {
     int b0 = send_block(0);
     for (std::size_t c = 0; c < nchunks_; ++c) {
       Range ch = chunk(b0, c);
+      if (job_.ready) (*job_.ready)(ch.offset, ch.count);
       const std::byte* src = job_.first_src + (ch.offset - job_.blocks[b0].offset) * job_.elem;
       sends_.push_back(st_.tp.isend(right_, st_.tag(c), src, ch.count * job_.elem));
     }
@@ -109,6 +111,7 @@ class RingRunner {
     if (t < job_.rs_steps) {
       bool last = t == job_.rs_steps - 1;
       if (last && job_.final_out) dst = job_.final_out + (ch.offset - job_.blocks[b].offset) * job_.elem;
+      if (job_.ready) (*job_.ready)(ch.offset, ch.count);
       reduce(job_.type, accumulate_op(job_.op), dst, job_.in + ch.offset * job_.elem, slot(i), ch.count);
       if (last && job_.op == ReduceOp::avg) finalize_avg(job_.type, dst, ch.count, size_);
     }
@@ -126,9 +129,11 @@ class RingRunner {
 
 }  // namespace
 
-void allreduce_ring(Step& st, const void* in, void* out, std::size_t count, DataType t, ReduceOp op) {
+void allreduce_ring(Step& st, const void* in, void* out, std::size_t count, DataType t, ReduceOp op,
+                    const InputReady* ready) {
   int n = st.tp.size(), r = st.tp.rank();
   RingJob job;
+  job.ready = ready;
   job.rs_steps = job.ag_steps = n - 1;
   job.own = 1;
   job.elem = size_of(t);
@@ -139,6 +144,13 @@ void allreduce_ring(Step& st, const void* in, void* out, std::size_t count, Data
   job.first_src = job.in + job.blocks[r].offset * job.elem;
   job.work = static_cast<std::byte*>(out);
   RingRunner(st, job).run();
+}
+
+// Step 0 sends block r, and reduce-scatter step s reduces into block r-s-1.
+std::vector<Range> allreduce_ring_reads(int rank, int size, std::size_t count) {
+  std::vector<Range> order;
+  for (int s = 0; s < size; ++s) order.push_back(schedule::balanced(count, size, schedule::mod(rank - s, size)));
+  return order;
 }
 
 void reduce_scatter_ring(Step& st, const void* in, void* out, std::size_t count, DataType t, ReduceOp op) {
