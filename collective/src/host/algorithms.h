@@ -73,7 +73,10 @@ void allreduce_twoshot(Step& st, const void* in, void* out, std::size_t count, D
 // `count` elements per rank: rank r gets block r of the n x count input, reduced.
 // Direct: one exchange (block q of every rank's input goes to rank q), folded in rank order.
 void reduce_scatter_direct(Step& st, const void* in, void* out, std::size_t count, DataType t, ReduceOp op);
-void reduce_scatter_ring(Step& st, const void* in, void* out, std::size_t count, DataType t, ReduceOp op);
+void reduce_scatter_ring(Step& st, const void* in, void* out, std::size_t count, DataType t, ReduceOp op,
+                         const InputReady* ready = nullptr);
+// The blocks of its input (`count` elements each), in the order the ring of `size` reads them on `rank`.
+std::vector<schedule::Range> reduce_scatter_ring_reads(int rank, int size, std::size_t count);
 void reduce_scatter_halving(Step& st, const void* in, void* out, std::size_t count, DataType t, ReduceOp op);
 // counts in elements of `elem` bytes; out receives every rank's block in rank order.
 void allgatherv_ring(Step& st, const void* in, void* out, std::span<const std::size_t> counts, std::size_t elem);

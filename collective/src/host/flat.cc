@@ -98,7 +98,7 @@ void allgatherv_flat(Step& st, const Flat& f, Algorithm a, const void* in, void*
 }
 
 void reduce_scatter_flat(Step& st, const Flat& f, Algorithm a, const void* in, void* out, std::size_t count,
-                         DataType t, ReduceOp op) {
+                         DataType t, ReduceOp op, const InputReady* ready) {
   const int n = st.tp.size();
   const std::size_t bytes = count * size_of(t) * static_cast<std::size_t>(n);  // the input
   const bool tuned = a == Algorithm::automatic && n > 2 && tuned_up_to(f, bytes, f.cfg.ring_tuned_max);
@@ -106,9 +106,10 @@ void reduce_scatter_flat(Step& st, const Flat& f, Algorithm a, const void* in, v
   const Tuner::Candidates c = gather_candidates(st, f, a, few, "halving", tuned);
   run(st, f, Tuner::Kind::reduce_scatter, bytes, c, [&](int i) {
     const std::string_view name = c.names[i];
+    if (name == "ring") return reduce_scatter_ring(st, in, out, count, t, op, ready);
+    if (ready) (*ready)(0, count * static_cast<std::size_t>(n));
     if (name == "direct") reduce_scatter_direct(st, in, out, count, t, op);
-    else if (name == "halving") reduce_scatter_halving(st, in, out, count, t, op);
-    else reduce_scatter_ring(st, in, out, count, t, op);
+    else reduce_scatter_halving(st, in, out, count, t, op);
   });
 }
 

@@ -37,7 +37,8 @@ void allgatherv_flat(Step& st, const Flat& f, Algorithm a, const void* in, void*
 // direct as forced; else halving in size classes up to few_rounds_max bytes of input,
 // the ring above;
 // tuned up to ring_tuned_max: halving, the ring and, among 3 to direct_max_ranks, direct.
+// `ready` as for allreduce_flat.
 void reduce_scatter_flat(Step& st, const Flat& f, Algorithm a, const void* in, void* out, std::size_t count,
-                         DataType t, ReduceOp op);
+                         DataType t, ReduceOp op, const InputReady* ready = nullptr);
 
 }  // namespace elasticrun::collective

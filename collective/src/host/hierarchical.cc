@@ -66,6 +66,25 @@ void allgather_hier(const HierAllgather& h, const void* in, void* out, std::span
   if (h.host) broadcast_shm(*h.host, out, total * elem, 0, w);
 }
 
+namespace {
+
+// A round of the reduce-scatter's host sums: elements [offset, offset + len) of each of
+// the world blocks [first, first + blocks).
+struct SumRound {
+  std::size_t first, blocks, offset, len;
+};
+
+// Whether any of r's pieces (in elements of the whole input, blocks of `count`) meets [a, a + n).
+bool meets(const SumRound& r, std::size_t count, std::size_t a, std::size_t n) {
+  for (std::size_t j = 0; j < r.blocks; ++j) {
+    const std::size_t p = (r.first + j) * count + r.offset;
+    if (p < a + n && a < p + r.len) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
 void reduce_scatter_hier(const HierReduceScatter& h, const void* in, void* out, std::size_t count, DataType t,
                          ReduceOp op, const ShmWait& w) {
   const std::size_t e = size_of(t), n = static_cast<std::size_t>(h.world);
@@ -74,31 +93,53 @@ void reduce_scatter_hier(const HierReduceScatter& h, const void* in, void* out, 
   auto* dst = static_cast<std::byte*>(out);
   ShmGroup& g = *h.host;
   const int L = g.size(), r = g.rank();
-  // The host sums. The pieces this rank reduces: the others copy them into their slots,
-  // it reads its own from `in`, as it does the pieces it does not reduce into its slot.
-  const schedule::Range mine = schedule::balanced(n, static_cast<std::size_t>(L), static_cast<std::size_t>(r));
-  const std::size_t per = hier_rs_piece(e, h.world, h.round_bytes);
-  for (std::size_t o = 0; o < count; o += per) {
-    const std::size_t len = std::min(per, count - o), bytes = len * e;
+  const std::size_t hosts = n / static_cast<std::size_t>(L), block = count * static_cast<std::size_t>(L);  // a host's
+  std::vector<SumRound> rounds;
+  if (count > 0 && n * count * e <= h.round_bytes) {
+    rounds.push_back({0, n, 0, count});
+  } else {
+    const std::size_t per = hier_rs_piece(e, L, h.round_bytes);
+    for (const schedule::Range& b : reduce_scatter_ring_reads(h.index, static_cast<int>(hosts), block))
+      for (std::size_t o = 0; o < count; o += per)
+        rounds.push_back({b.offset / count, static_cast<std::size_t>(L), o, std::min(per, count - o)});
+  }
+  // A round: the pieces this rank reduces, the others copy into their slots; it reads
+  // its own from `in`, as it does the pieces it does not reduce into its slot.
+  std::size_t done = 0;
+  auto sum_round = [&] {
+    const SumRound k = rounds[done++];
+    const std::size_t bytes = k.len * e;
+    const schedule::Range mine = schedule::balanced(k.blocks, static_cast<std::size_t>(L), static_cast<std::size_t>(r));
     const int set = g.next_set();
-    auto piece = [&](std::size_t q) { return src + (q * count + o) * e; };
+    auto piece = [&](std::size_t j) { return src + ((k.first + j) * count + k.offset) * e; };
     std::byte* slot = g.input(set, r);
-    for (std::size_t q = 0; q < n; ++q)
-      if (q < mine.offset || q >= mine.offset + mine.count) copy_pieces(slot + q * bytes, piece(q), bytes);
+    for (std::size_t j = 0; j < k.blocks; ++j)
+      if (j < mine.offset || j >= mine.offset + mine.count) copy_pieces(slot + j * bytes, piece(j), bytes);
     g.barrier(w.deadline, w.abort, w.what);
-    for (std::size_t q = mine.offset; q < mine.offset + mine.count; ++q) {
-      auto from = [&](int p) -> const std::byte* { return p == r ? piece(q) : g.input(set, p) + q * bytes; };
-      std::byte* res = g.result(set) + q * bytes;
-      reduce(t, acc, res, from(0), from(1), len);
-      for (int p = 2; p < L; ++p) reduce(t, acc, res, res, from(p), len);
+    for (std::size_t j = mine.offset; j < mine.offset + mine.count; ++j) {
+      auto from = [&](int p) -> const std::byte* { return p == r ? piece(j) : g.input(set, p) + j * bytes; };
+      std::byte* res = g.result(set) + j * bytes;
+      reduce(t, acc, res, from(0), from(1), k.len);
+      for (int p = 2; p < L; ++p) reduce(t, acc, res, res, from(p), k.len);
     }
     g.barrier(w.deadline, w.abort, w.what);
     if (h.leader)
-      for (std::size_t q = 0; q < n; ++q) copy_pieces(h.sums + (q * count + o) * e, g.result(set) + q * bytes, bytes);
-  }
+      for (std::size_t j = 0; j < k.blocks; ++j)
+        copy_pieces(h.sums + ((k.first + j) * count + k.offset) * e, g.result(set) + j * bytes, bytes);
+  };
   // Across the hosts: this host's L blocks, from the first of its ranks on.
   std::byte* ours = h.sums + static_cast<std::size_t>(h.first) * count * e;
-  if (h.leader) h.across(ours);
+  if (h.leader) {
+    // Sums every round up to the last that meets [a, a + m).
+    const InputReady ready = [&](std::size_t a, std::size_t m) {
+      std::size_t last = done;
+      for (std::size_t k = done; k < rounds.size(); ++k)
+        if (meets(rounds[k], count, a, m)) last = k + 1;
+      while (done < last) sum_round();
+    };
+    h.across(ours, ready);
+  }
+  while (done < rounds.size()) sum_round();
   // Each rank's block, through the result slots.
   const std::size_t each = std::max<std::size_t>(h.round_bytes / e / static_cast<std::size_t>(L), 1);
   for (std::size_t o = 0; o < count; o += each) {

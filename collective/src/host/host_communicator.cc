@@ -303,7 +303,8 @@ class HostCommunicator final : public elasticrun::Communicator {
   std::string hier_rs_unavailable(const Hierarchy& h, DataType t) const {
     if (std::adjacent_find(h.hosts.begin(), h.hosts.end(), std::not_equal_to<>()) != h.hosts.end())
       return "the hosts run different numbers of ranks";
-    return hier_rs_piece(size_of(t), cfg_.size, h.round_bytes) ? "" : "a round cannot hold an element of every rank";
+    if (!hier_rs_piece(size_of(t), h.hosts[0], h.round_bytes)) return "a round cannot hold an element of each host rank";
+    return "";
   }
 
   void reduce_scatter_hierarchical(Hierarchy& h, Step& st, const void* in, void* out, std::size_t count, DataType t,
@@ -311,12 +312,13 @@ class HostCommunicator final : public elasticrun::Communicator {
     const std::uint64_t across = seq_++;  // every rank reserves the leaders' sequence number
     const std::size_t elem = size_of(t), block = count * static_cast<std::size_t>(local_size());  // a host's
     if (h.leader) h.sums.resize(std::max(h.sums.size(), block * h.hosts.size() * elem));
-    HierReduceScatter hr{h.host.get(), h.leader, cfg_.rank - cfg_.local_rank, cfg_.size, h.round_bytes,
+    HierReduceScatter hr{h.host.get(), h.leader, cfg_.rank - cfg_.local_rank, cfg_.size, h.index, h.round_bytes,
                          h.sums.data(), {}};
     if (h.leader)
-      hr.across = [&](std::byte* ours) {
+      hr.across = [&](std::byte* ours, const InputReady& ready) {
         Step sub{*h.leaders, st.deadline, across, ws_, segment_, cfg_.window, st.what};
-        reduce_scatter_flat(sub, flat(h.tuner), Algorithm::automatic, h.sums.data(), ours, block, t, accumulate_op(op));
+        reduce_scatter_flat(sub, flat(h.tuner), Algorithm::automatic, h.sums.data(), ours, block, t, accumulate_op(op),
+                            &ready);
       };
     reduce_scatter_hier(hr, in, out, count, t, op, shm_wait(st));
   }

@@ -153,9 +153,19 @@ std::vector<Range> allreduce_ring_reads(int rank, int size, std::size_t count) {
   return order;
 }
 
-void reduce_scatter_ring(Step& st, const void* in, void* out, std::size_t count, DataType t, ReduceOp op) {
+// Step 0 sends block r-1, and step s reduces into block r-s-2.
+std::vector<Range> reduce_scatter_ring_reads(int rank, int size, std::size_t count) {
+  std::vector<Range> order;
+  for (int s = 0; s < size; ++s)
+    order.push_back({static_cast<std::size_t>(schedule::mod(rank - 1 - s, size)) * count, count});
+  return order;
+}
+
+void reduce_scatter_ring(Step& st, const void* in, void* out, std::size_t count, DataType t, ReduceOp op,
+                         const InputReady* ready) {
   int n = st.tp.size(), r = st.tp.rank();
   RingJob job;
+  job.ready = ready;
   job.rs_steps = n - 1;
   job.shift = -1;  // rank r ends up owning block r
   job.elem = size_of(t);
