@@ -37,7 +37,8 @@ int launcher_rank() {
                  "  --max-bytes N    largest message (default 256M)\n"
                  "  --step F         size multiplier between rows, 2 or 4 (default 2)\n"
                  "  --iters N        most timed calls per size (default 200)\n"
-                 "  --warmup N       most untimed calls per size (default 20)\n"
+                 "  --warmup N       untimed calls per size (default 20; fewer where the budget\n"
+                 "                   times fewer than 5N calls)\n"
                  "  --batch N        calls per timed batch, each batch after a barrier (default\n"
                  "                   iters/25, at least 1); 1 times every call from a common\n"
                  "                   start: a broadcast's latency, not back-to-back calls' pace\n"
@@ -197,7 +198,11 @@ Row measure(Backend& b, const Options& o, std::size_t count, const void* in, voi
   row.count = count;
   row.bytes = count * size_of(o.dtype);
   row.iters = iters_for(o, row.bytes);
-  int warmup = std::min(o.warmup, std::max(1, row.iters / 5));
+  // Capped where the budget allows few calls (large sizes), not by --iters: the
+  // communicator's tuner measures a size class on its first 46-60 calls, which a
+  // cap of iters/5 put into the timed calls of --iters below 300.
+  const std::size_t by_budget = o.budget_bytes / std::max<std::size_t>(row.bytes, 1);
+  int warmup = static_cast<int>(std::min<std::size_t>(o.warmup, std::max<std::size_t>(1, by_budget / 5)));
   int per_batch = o.batch > 0 ? std::min(o.batch, row.iters) : std::max(1, row.iters / kMaxSamples);
   int samples = std::max(1, row.iters / per_batch);
   row.iters = samples * per_batch;
