@@ -7,43 +7,62 @@
 #include <vector>
 
 namespace elasticrun::collective {
+namespace {
+
+// A round of host sums: elements [offset, offset + len) of each of the blocks [first,
+// first + blocks) of the input (the reduce-scatter's blocks; the allreduce's vector is
+// one block).
+struct SumRound {
+  std::size_t first, blocks, offset, len;
+};
+
+// Whether any of r's pieces (in elements of the whole input, blocks of `count`) meets [a, a + n).
+bool meets(const SumRound& r, std::size_t count, std::size_t a, std::size_t n) {
+  for (std::size_t j = 0; j < r.blocks; ++j) {
+    const std::size_t p = (r.first + j) * count + r.offset;
+    if (p < a + n && a < p + r.len) return true;
+  }
+  return false;
+}
+
+// The leader's InputReady: sums rounds from `done` on, through the last that meets [a, a + n).
+template <class Sum>
+void sum_through(const std::vector<SumRound>& rounds, std::size_t& done, std::size_t count, std::size_t a,
+                 std::size_t n, Sum&& sum_round) {
+  std::size_t last = done;
+  for (std::size_t k = done; k < rounds.size(); ++k)
+    if (meets(rounds[k], count, a, n)) last = k + 1;
+  while (done < last) sum_round(rounds[done++]);
+}
+
+}  // namespace
 
 void allreduce_hier(const HierAllreduce& h, const void* in, void* out, std::size_t count, DataType t,
                     ReduceOp op, const ShmWait& w) {
   const std::size_t e = size_of(t);
   const auto* src = static_cast<const std::byte*>(in);
   auto* dst = static_cast<std::byte*>(out);
-  std::vector<schedule::Range> rounds;  // the host sum's, in the order they run
+  std::vector<SumRound> rounds;  // the host sum's, in the order they run
   if (h.host) {
     const std::size_t per = std::max<std::size_t>(h.round_bytes / e, 1);
     for (const schedule::Range& b : count <= per ? std::vector<schedule::Range>{{0, count}}
                                                  : allreduce_ring_reads(h.index, h.hosts, count))
-      for (std::size_t o = 0; o < b.count; o += per) rounds.push_back({b.offset + o, std::min(per, b.count - o)});
+      for (std::size_t o = 0; o < b.count; o += per) rounds.push_back({0, 1, b.offset + o, std::min(per, b.count - o)});
   } else if (src != dst) {
     copy_pieces(dst, src, count * e);
   }
-  std::size_t done = 0;
-  auto sum_round = [&] {
+  auto sum_round = [&](const SumRound& k) {
     ShmGroup& g = *h.host;
-    const schedule::Range part = rounds[done++];
     const int set = g.next_set();
-    const schedule::Range mine = my_part(g, part.count);
-    reduce_my_part(g, set, src + part.offset * e, part.count, mine, t, accumulate_op(op),
-                   g.result(set) + mine.offset * e, w);
+    const schedule::Range mine = my_part(g, k.len);
+    reduce_my_part(g, set, src + k.offset * e, k.len, mine, t, accumulate_op(op), g.result(set) + mine.offset * e, w);
     g.barrier(w.deadline, w.abort, w.what);
-    if (h.leader) copy_pieces(dst + part.offset * e, g.result(set), part.count * e);
+    if (h.leader) copy_pieces(dst + k.offset * e, g.result(set), k.len * e);
   };
-  if (h.leader && h.across) {
-    // Sums every round up to the last that holds a part of [offset, offset + n).
-    const InputReady ready = [&](std::size_t offset, std::size_t n) {
-      std::size_t last = done;
-      for (std::size_t k = done; k < rounds.size(); ++k)
-        if (rounds[k].offset < offset + n && offset < rounds[k].offset + rounds[k].count) last = k + 1;
-      while (done < last) sum_round();
-    };
-    h.across(dst, count, ready);
-  }
-  while (done < rounds.size()) sum_round();
+  std::size_t done = 0;
+  if (h.leader && h.across)
+    h.across(dst, count, [&](std::size_t a, std::size_t n) { sum_through(rounds, done, count, a, n, sum_round); });
+  while (done < rounds.size()) sum_round(rounds[done++]);
   if (h.leader && op == ReduceOp::avg) finalize_avg(t, dst, count, h.world);
   if (h.host) broadcast_shm(*h.host, dst, count * e, 0, w);
 }
@@ -66,25 +85,6 @@ void allgather_hier(const HierAllgather& h, const void* in, void* out, std::span
   if (h.host) broadcast_shm(*h.host, out, total * elem, 0, w);
 }
 
-namespace {
-
-// A round of the reduce-scatter's host sums: elements [offset, offset + len) of each of
-// the world blocks [first, first + blocks).
-struct SumRound {
-  std::size_t first, blocks, offset, len;
-};
-
-// Whether any of r's pieces (in elements of the whole input, blocks of `count`) meets [a, a + n).
-bool meets(const SumRound& r, std::size_t count, std::size_t a, std::size_t n) {
-  for (std::size_t j = 0; j < r.blocks; ++j) {
-    const std::size_t p = (r.first + j) * count + r.offset;
-    if (p < a + n && a < p + r.len) return true;
-  }
-  return false;
-}
-
-}  // namespace
-
 void reduce_scatter_hier(const HierReduceScatter& h, const void* in, void* out, std::size_t count, DataType t,
                          ReduceOp op, const ShmWait& w) {
   const std::size_t e = size_of(t), n = static_cast<std::size_t>(h.world);
@@ -105,9 +105,7 @@ void reduce_scatter_hier(const HierReduceScatter& h, const void* in, void* out, 
   }
   // A round: the pieces this rank reduces, the others copy into their slots; it reads
   // its own from `in`, as it does the pieces it does not reduce into its slot.
-  std::size_t done = 0;
-  auto sum_round = [&] {
-    const SumRound k = rounds[done++];
+  auto sum_round = [&](const SumRound& k) {
     const std::size_t bytes = k.len * e;
     const schedule::Range mine = schedule::balanced(k.blocks, static_cast<std::size_t>(L), static_cast<std::size_t>(r));
     const int set = g.next_set();
@@ -129,17 +127,10 @@ void reduce_scatter_hier(const HierReduceScatter& h, const void* in, void* out, 
   };
   // Across the hosts: this host's L blocks, from the first of its ranks on.
   std::byte* ours = h.sums + static_cast<std::size_t>(h.first) * count * e;
-  if (h.leader) {
-    // Sums every round up to the last that meets [a, a + m).
-    const InputReady ready = [&](std::size_t a, std::size_t m) {
-      std::size_t last = done;
-      for (std::size_t k = done; k < rounds.size(); ++k)
-        if (meets(rounds[k], count, a, m)) last = k + 1;
-      while (done < last) sum_round();
-    };
-    h.across(ours, ready);
-  }
-  while (done < rounds.size()) sum_round();
+  std::size_t done = 0;
+  if (h.leader)
+    h.across(ours, [&](std::size_t a, std::size_t m) { sum_through(rounds, done, count, a, m, sum_round); });
+  while (done < rounds.size()) sum_round(rounds[done++]);
   // Each rank's block, through the result slots.
   const std::size_t each = std::max<std::size_t>(h.round_bytes / e / static_cast<std::size_t>(L), 1);
   for (std::size_t o = 0; o < count; o += each) {
