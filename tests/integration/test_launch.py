@@ -301,7 +301,7 @@ def test_what_a_worker_leaves_running_is_stopped_with_it(job, preload):
         while helpers[1] in our_processes(job.tag) and time.monotonic() < deadline:
             time.sleep(0.05)
         if helpers[1] in our_processes(job.tag):
-            # What the daemon saw, for the record: twice a loaded full run got here.
+            # What /proc and the job say, for the record: twice a loaded full run got here.
             seen = {what: proc_state(pid) for what, pid in (("helper", helpers[1]), ("worker", workers[1]))}
             p.kill()
             p.wait(timeout=30)
