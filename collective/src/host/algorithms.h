@@ -77,6 +77,13 @@ void reduce_scatter_ring(Step& st, const void* in, void* out, std::size_t count,
                          const InputReady* ready = nullptr);
 // The blocks of its input (`count` elements each), in the order the ring of `size` reads them on `rank`.
 std::vector<schedule::Range> reduce_scatter_ring_reads(int rank, int size, std::size_t count);
+// Blocks of unequal sizes: rank q gets block q, counts[q] elements, of the blocks laid end
+// to end; the reads as above.
+void reduce_scatterv_ring(Step& st, const void* in, void* out, std::span<const std::size_t> counts, DataType t,
+                          ReduceOp op, const InputReady* ready = nullptr);
+std::vector<schedule::Range> reduce_scatterv_ring_reads(int rank, std::span<const std::size_t> counts);
+void reduce_scatterv_direct(Step& st, const void* in, void* out, std::span<const std::size_t> counts, DataType t,
+                            ReduceOp op);
 void reduce_scatter_halving(Step& st, const void* in, void* out, std::size_t count, DataType t, ReduceOp op);
 // counts in elements of `elem` bytes; out receives every rank's block in rank order.
 void allgatherv_ring(Step& st, const void* in, void* out, std::span<const std::size_t> counts, std::size_t elem);

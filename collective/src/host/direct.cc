@@ -155,6 +155,17 @@ void reduce_scatter_direct(Step& st, const void* in, void* out, std::size_t coun
                        t, op, 0);
 }
 
+void reduce_scatterv_direct(Step& st, const void* in, void* out, std::span<const std::size_t> counts, DataType t,
+                            ReduceOp op) {
+  const std::size_t elem = size_of(t);
+  std::vector<std::size_t> offset(counts.size() + 1, 0);
+  for (std::size_t q = 0; q < counts.size(); ++q) offset[q + 1] = offset[q] + counts[q] * elem;
+  if (offset.back() == 0) return;
+  auto block = [&](int q) { return Block{offset[q], counts[q] * elem}; };
+  reduce_scatter_sends(st, static_cast<const std::byte*>(in), offset.back(), static_cast<std::byte*>(out), block,
+                       counts[st.tp.rank()], t, op, 0);
+}
+
 void allgatherv_direct(Step& st, const void* in, void* out, std::span<const std::size_t> counts, std::size_t elem) {
   std::vector<std::size_t> offset(counts.size() + 1, 0);
   for (std::size_t q = 0; q < counts.size(); ++q) offset[q + 1] = offset[q] + counts[q] * elem;

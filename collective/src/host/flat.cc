@@ -113,4 +113,30 @@ void reduce_scatter_flat(Step& st, const Flat& f, Algorithm a, const void* in, v
   });
 }
 
+void reduce_scatterv_flat(Step& st, const Flat& f, Algorithm a, const void* in, void* out,
+                          std::span<const std::size_t> counts, DataType t, ReduceOp op, const InputReady* ready) {
+  if (std::all_of(counts.begin(), counts.end(), [&](std::size_t c) { return c == counts[0]; }))
+    return reduce_scatter_flat(st, f, a, in, out, counts[0], t, op, ready);
+  const int n = st.tp.size();
+  std::size_t total = 0;
+  for (std::size_t c : counts) total += c;
+  const std::size_t bytes = total * size_of(t);
+  // Halving needs equal blocks: in few rounds, direct (one exchange, among up to
+  // direct_max_ranks), else the ring; where tuned, each against the other.
+  const bool direct_fits = n <= f.cfg.direct_max_ranks;
+  const bool few = direct_fits && Tuner::size_class(bytes).second <= f.crossover.few_rounds_max;
+  const bool tuned = a == Algorithm::automatic && n > 2 && direct_fits && tuned_up_to(f, bytes, f.cfg.ring_tuned_max);
+  Tuner::Candidates c{};
+  c.add(a == Algorithm::direct || few ? "direct" : "ring");
+  if (tuned) {
+    c.add(few ? "ring" : "direct");
+    c.sleeping = st.tp.sleeps();
+  }
+  run(st, f, Tuner::Kind::reduce_scatter, bytes, c, [&](int i) {
+    if (std::string_view(c.names[i]) == "ring") return reduce_scatterv_ring(st, in, out, counts, t, op, ready);
+    if (ready) (*ready)(0, total);
+    reduce_scatterv_direct(st, in, out, counts, t, op);
+  });
+}
+
 }  // namespace elasticrun::collective

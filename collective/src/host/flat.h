@@ -41,4 +41,13 @@ void allgatherv_flat(Step& st, const Flat& f, Algorithm a, const void* in, void*
 void reduce_scatter_flat(Step& st, const Flat& f, Algorithm a, const void* in, void* out, std::size_t count,
                          DataType t, ReduceOp op, const InputReady* ready = nullptr);
 
+// Blocks of unequal sizes (rank q gets counts[q] elements): direct as forced; else direct
+// (among up to direct_max_ranks) in a size class up to few_rounds_max, the ring above;
+// tuned (up to ring_tuned_max, among 3 to direct_max_ranks) each against the other;
+// equal ones as reduce_scatter_flat. A tuner must see one shape per size class: the hierarchical
+// reduce-scatter's leaders do (their blocks are their hosts' sizes times the count).
+void reduce_scatterv_flat(Step& st, const Flat& f, Algorithm a, const void* in, void* out,
+                          std::span<const std::size_t> counts, DataType t, ReduceOp op,
+                          const InputReady* ready = nullptr);
+
 }  // namespace elasticrun::collective

@@ -87,21 +87,27 @@ void allgather_hier(const HierAllgather& h, const void* in, void* out, std::span
 
 void reduce_scatter_hier(const HierReduceScatter& h, const void* in, void* out, std::size_t count, DataType t,
                          ReduceOp op, const ShmWait& w) {
-  const std::size_t e = size_of(t), n = static_cast<std::size_t>(h.world);
-  const ReduceOp acc = accumulate_op(op);
   const auto* src = static_cast<const std::byte*>(in);
   auto* dst = static_cast<std::byte*>(out);
+  if (!h.host) {  // alone: the leaders' reduce-scatter takes the input as it is
+    h.across(src, dst, nullptr);
+    if (op == ReduceOp::avg) finalize_avg(t, dst, count, h.world);
+    return;
+  }
+  const std::size_t e = size_of(t), n = static_cast<std::size_t>(h.world);
+  const ReduceOp acc = accumulate_op(op);
   ShmGroup& g = *h.host;
   const int L = g.size(), r = g.rank();
-  const std::size_t hosts = n / static_cast<std::size_t>(L), block = count * static_cast<std::size_t>(L);  // a host's
   std::vector<SumRound> rounds;
   if (count > 0 && n * count * e <= h.round_bytes) {
     rounds.push_back({0, n, 0, count});
   } else {
-    const std::size_t per = hier_rs_piece(e, L, h.round_bytes);
-    for (const schedule::Range& b : reduce_scatter_ring_reads(h.index, static_cast<int>(hosts), block))
-      for (std::size_t o = 0; o < count; o += per)
-        rounds.push_back({b.offset / count, static_cast<std::size_t>(L), o, std::min(per, count - o)});
+    std::vector<std::size_t> blocks;  // each host's, in elements
+    for (int ranks : h.hosts) blocks.push_back(static_cast<std::size_t>(ranks) * count);
+    for (const schedule::Range& b : reduce_scatterv_ring_reads(h.index, blocks)) {
+      const std::size_t m = b.count / count, per = hier_rs_piece(e, static_cast<int>(m), h.round_bytes);
+      for (std::size_t o = 0; o < count; o += per) rounds.push_back({b.offset / count, m, o, std::min(per, count - o)});
+    }
   }
   // A round: the pieces this rank reduces, the others copy into their slots; it reads
   // its own from `in`, as it does the pieces it does not reduce into its slot.
@@ -128,8 +134,8 @@ void reduce_scatter_hier(const HierReduceScatter& h, const void* in, void* out, 
   // Across the hosts: this host's L blocks, from the first of its ranks on.
   std::byte* ours = h.sums + static_cast<std::size_t>(h.first) * count * e;
   std::size_t done = 0;
-  if (h.leader)
-    h.across(ours, [&](std::size_t a, std::size_t m) { sum_through(rounds, done, count, a, m, sum_round); });
+  const InputReady ready = [&](std::size_t a, std::size_t m) { sum_through(rounds, done, count, a, m, sum_round); };
+  if (h.leader) h.across(h.sums, ours, &ready);
   while (done < rounds.size()) sum_round(rounds[done++]);
   // Each rank's block, through the result slots.
   const std::size_t each = std::max<std::size_t>(h.round_bytes / e / static_cast<std::size_t>(L), 1);

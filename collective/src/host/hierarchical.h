@@ -58,42 +58,44 @@ struct HierAllgather {
 void allgather_hier(const HierAllgather& h, const void* in, void* out, std::span<const std::size_t> counts,
                     std::size_t elem, const ShmWait& w);
 
-// The reduce-scatter in two levels, where every host runs the same number L >= 2 of
-// ranks, laid out host by host (rank = host * L + local rank), so that host i's blocks
-// are consecutive: i*L .. i*L+L-1. First the host sums, in rounds: each rank copies the
-// pieces others reduce into its slot, barrier, each reduces its own pieces (its input
-// read in place) into the result slot, barrier, and the leader copies them into `sums`.
-// An input that fits one round goes in one, each rank reducing n/L of the blocks;
-// a larger one goes host by host in the order the leaders' ring reads them
-// (reduce_scatter_ring_reads), each round a piece of each of that host's L blocks, rank
-// j reducing block j's, and the leader sums a round only when the ring asks for it, so
-// that the first parts are on the wire while the host sums the rest. The leader
-// reduce-scatters `sums` among the leaders in one call, which pipelines the whole vector
-// (rounds that each crossed the network once took a round trip each: behind 500 us
-// links 1.3x the flat ring's time at 2-8 MiB). Last, in rounds, the leader copies its
-// ranks' blocks into the result slot, barrier, and each copies its own out.
+// The reduce-scatter in two levels, on any hosts (the ranks laid out host by host, so that
+// host i's blocks are consecutive: its L_i ranks' blocks, from its first rank's on). First
+// the host sums, in rounds: each rank copies the pieces others reduce into its slot,
+// barrier, each reduces its own pieces (its input read in place) into the result slot,
+// barrier, and the leader copies them into `sums`. An input that fits one round goes in
+// one, each of the host's L ranks reducing n/L of the blocks; a larger one goes host by
+// host in the order the leaders' ring reads them (reduce_scatterv_ring_reads), each round
+// a piece of each of that host's L_i blocks, shared out among the L ranks, and the leader
+// sums a round only when the ring asks for it, so that the first parts are on the wire
+// while the host sums the rest. The leader reduce-scatters `sums` among the leaders in
+// one call, which pipelines the whole vector (rounds that each crossed the network once
+// took a round trip each: behind 500 us links 1.3x the flat ring's time at 2-8 MiB).
+// Last, in rounds, the leader copies its ranks' blocks into the result slot, barrier,
+// and each copies its own out. A rank alone on its host has no sums to make: the leaders'
+// reduce-scatter reads its input and writes its output.
 struct HierReduceScatter {
-  ShmGroup* host = nullptr;  // this host's L ranks (never null: L >= 2)
+  ShmGroup* host = nullptr;  // this host's L ranks; null when this rank is alone on its host
   bool leader = false;
   int first = 0;             // this host's first rank
   int world = 1;             // ranks in all, the divisor of avg
   int index = 0;             // this host's place among the hosts (its leader's rank in `across`)
+  std::span<const int> hosts;  // each host's ranks, in rank order
   std::size_t round_bytes;   // the slot bytes a round may fill, the same on every rank
-  std::byte* sums = nullptr; // leaders: room for the whole input (world blocks)
-  // Leaders only: reduce-scatters `sums` in place among the leaders with the
-  // accumulating op, blocks of L blocks: this host's land at `ours`, its place in
-  // `sums`. `ready` is asked before a part of `sums` is read (algorithms.h).
-  std::function<void(std::byte* ours, const InputReady& ready)> across;
+  std::byte* sums = nullptr; // leaders of several ranks: room for the whole input (world blocks)
+  // Leaders only: reduce-scatters `input` (world blocks) among the leaders with the
+  // accumulating op, host i's L_i blocks to leader i: this host's land at `ours`.
+  // `ready`, if set, is asked before a part of `input` is read (algorithms.h).
+  std::function<void(const std::byte* input, std::byte* ours, const InputReady* ready)> across;
 };
 
 void reduce_scatter_hier(const HierReduceScatter& h, const void* in, void* out, std::size_t count, DataType t,
                          ReduceOp op, const ShmWait& w);
 
 // Elements of each block a round of reduce_scatter_hier's host sums takes where it goes
-// host by host: L pieces fill at most a slot (0: L pieces of one element do not fit in
-// `round_bytes`, and it cannot run).
-inline std::size_t hier_rs_piece(std::size_t elem, int local, std::size_t round_bytes) {
-  return round_bytes / elem / static_cast<std::size_t>(local);
+// host by host, for a host of `blocks` ranks: its pieces fill at most a slot (0: a piece
+// of one element of each does not fit in `round_bytes`, and it cannot run).
+inline std::size_t hier_rs_piece(std::size_t elem, int blocks, std::size_t round_bytes) {
+  return round_bytes / elem / static_cast<std::size_t>(blocks);
 }
 
 }  // namespace elasticrun::collective

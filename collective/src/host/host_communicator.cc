@@ -301,24 +301,23 @@ class HostCommunicator final : public elasticrun::Communicator {
 
   // Why the reduce-scatter cannot be hierarchical on `h` (empty: it can; the same everywhere).
   std::string hier_rs_unavailable(const Hierarchy& h, DataType t) const {
-    if (std::adjacent_find(h.hosts.begin(), h.hosts.end(), std::not_equal_to<>()) != h.hosts.end())
-      return "the hosts run different numbers of ranks";
-    if (!hier_rs_piece(size_of(t), h.hosts[0], h.round_bytes)) return "a round cannot hold an element of each host rank";
+    if (!hier_rs_piece(size_of(t), *std::max_element(h.hosts.begin(), h.hosts.end()), h.round_bytes))
+      return "a round cannot hold an element of each host rank";
     return "";
   }
 
   void reduce_scatter_hierarchical(Hierarchy& h, Step& st, const void* in, void* out, std::size_t count, DataType t,
                                    ReduceOp op) {
     const std::uint64_t across = seq_++;  // every rank reserves the leaders' sequence number
-    const std::size_t elem = size_of(t), block = count * static_cast<std::size_t>(local_size());  // a host's
-    if (h.leader) h.sums.resize(std::max(h.sums.size(), block * h.hosts.size() * elem));
-    HierReduceScatter hr{h.host.get(), h.leader, cfg_.rank - cfg_.local_rank, cfg_.size, h.index, h.round_bytes,
-                         h.sums.data(), {}};
+    if (h.leader && h.host) h.sums.resize(std::max(h.sums.size(), count * size_of(t) * cfg_.size));
+    HierReduceScatter hr{h.host.get(), h.leader, cfg_.rank - cfg_.local_rank, cfg_.size, h.index, h.hosts,
+                         h.round_bytes, h.sums.data(), {}};
     if (h.leader)
-      hr.across = [&](std::byte* ours, const InputReady& ready) {
+      hr.across = [&](const std::byte* input, std::byte* ours, const InputReady* ready) {
+        std::vector<std::size_t> blocks;  // each host's, in elements
+        for (int ranks : h.hosts) blocks.push_back(static_cast<std::size_t>(ranks) * count);
         Step sub{*h.leaders, st.deadline, across, ws_, segment_, cfg_.window, st.what};
-        reduce_scatter_flat(sub, flat(h.tuner), Algorithm::automatic, h.sums.data(), ours, block, t, accumulate_op(op),
-                            &ready);
+        reduce_scatterv_flat(sub, flat(h.tuner), Algorithm::automatic, input, ours, blocks, t, accumulate_op(op), ready);
       };
     reduce_scatter_hier(hr, in, out, count, t, op, shm_wait(st));
   }

@@ -10,7 +10,7 @@
 // chained; allgather(v) and reduce_scatter by rings, or where the ranks span hosts and
 // the call is small, by Bruck's allgather (equal blocks) and the halving
 // reduce-scatter. Across hosts that hold several ranks, allreduces and allgathers of
-// any size and reduce-scatters of any size (where every host holds as many ranks) are
+// any size and reduce-scatters of any size (on hosts of any sizes) are
 // hierarchical (hierarchical.h): shared memory within each host, UCX among one rank per
 // host (bench/RESULTS.md: on shaped 4 x 2 hosts the allreduce 2x at 8-32 KiB and 1.2x
 // at 64 KiB-8 MiB, the allgather 1.0-2.3x, the reduce-scatter 1.1-2.3x). Across hosts, where the

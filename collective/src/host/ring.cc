@@ -154,15 +154,24 @@ std::vector<Range> allreduce_ring_reads(int rank, int size, std::size_t count) {
 }
 
 // Step 0 sends block r-1, and step s reduces into block r-s-2.
-std::vector<Range> reduce_scatter_ring_reads(int rank, int size, std::size_t count) {
+std::vector<Range> reduce_scatterv_ring_reads(int rank, std::span<const std::size_t> counts) {
+  const int n = static_cast<int>(counts.size());
+  std::vector<std::size_t> offset(counts.size() + 1, 0);
+  for (std::size_t q = 0; q < counts.size(); ++q) offset[q + 1] = offset[q] + counts[q];
   std::vector<Range> order;
-  for (int s = 0; s < size; ++s)
-    order.push_back({static_cast<std::size_t>(schedule::mod(rank - 1 - s, size)) * count, count});
+  for (int s = 0; s < n; ++s) {
+    const int b = schedule::mod(rank - 1 - s, n);
+    order.push_back({offset[b], counts[b]});
+  }
   return order;
 }
 
-void reduce_scatter_ring(Step& st, const void* in, void* out, std::size_t count, DataType t, ReduceOp op,
-                         const InputReady* ready) {
+std::vector<Range> reduce_scatter_ring_reads(int rank, int size, std::size_t count) {
+  return reduce_scatterv_ring_reads(rank, std::vector<std::size_t>(size, count));
+}
+
+void reduce_scatterv_ring(Step& st, const void* in, void* out, std::span<const std::size_t> counts, DataType t,
+                          ReduceOp op, const InputReady* ready) {
   int n = st.tp.size(), r = st.tp.rank();
   RingJob job;
   job.ready = ready;
@@ -171,13 +180,22 @@ void reduce_scatter_ring(Step& st, const void* in, void* out, std::size_t count,
   job.elem = size_of(t);
   job.type = t;
   job.op = op;
-  for (int b = 0; b < n; ++b) job.blocks.push_back({static_cast<std::size_t>(b) * count, count});
+  std::size_t total = 0;
+  for (std::size_t c : counts) {
+    job.blocks.push_back({total, c});
+    total += c;
+  }
   job.in = static_cast<const std::byte*>(in);
   job.first_src = job.in + job.blocks[schedule::ring_left(r, n)].offset * job.elem;
   // Partials live in scratch until forwarded; only the final block reaches `out`.
-  job.work = st.ws.scratch(static_cast<std::size_t>(n) * count * job.elem);
+  job.work = st.ws.scratch(total * job.elem);
   job.final_out = static_cast<std::byte*>(out);
   RingRunner(st, job).run();
+}
+
+void reduce_scatter_ring(Step& st, const void* in, void* out, std::size_t count, DataType t, ReduceOp op,
+                         const InputReady* ready) {
+  reduce_scatterv_ring(st, in, out, std::vector<std::size_t>(st.tp.size(), count), t, op, ready);
 }
 
 void allgatherv_ring(Step& st, const void* in, void* out, std::span<const std::size_t> counts, std::size_t elem) {
