@@ -32,6 +32,22 @@ Tuner::Candidates gather_candidates(const Step& st, const Flat& f, Algorithm a, 
   return c;
 }
 
+// The candidates where the blocks differ in size (Bruck's and halving need equal ones):
+// direct where forced; else in few rounds direct (one exchange, among up to
+// direct_max_ranks), else the ring, and where tuned each against the other.
+Tuner::Candidates unequal_candidates(const Step& st, const Flat& f, Algorithm a, std::size_t bytes) {
+  const int n = st.tp.size();
+  const bool direct_fits = n <= f.cfg.direct_max_ranks;
+  const bool few = direct_fits && Tuner::size_class(bytes).second <= f.crossover.few_rounds_max;
+  Tuner::Candidates c{};
+  c.add(a == Algorithm::direct || few ? "direct" : "ring");
+  if (a == Algorithm::automatic && n > 2 && direct_fits && tuned_up_to(f, bytes, f.cfg.ring_tuned_max)) {
+    c.add(few ? "ring" : "direct");
+    c.sleeping = st.tp.sleeps();
+  }
+  return c;
+}
+
 }  // namespace
 
 void allreduce_flat(Step& st, const Flat& f, Algorithm a, const void* in, void* out, std::size_t count, DataType t,
@@ -86,10 +102,11 @@ void allgatherv_flat(Step& st, const Flat& f, Algorithm a, const void* in, void*
   const std::size_t bytes = total * elem;
   const int n = st.tp.size();
   const bool equal = std::all_of(counts.begin(), counts.end(), [&](std::size_t c) { return c == counts[0]; });
-  const bool tuned = equal && a == Algorithm::automatic && n > 2 && tuned_up_to(f, bytes, f.cfg.ring_tuned_max);
-  const bool few = equal && Tuner::size_class(bytes).second <= f.crossover.few_rounds_max;  // by the class
-  const Tuner::Candidates c = gather_candidates(st, f, a, few, "bruck", tuned);
-  run(st, f, Tuner::Kind::allgather, bytes, c, [&](int i) {
+  const bool tuned = a == Algorithm::automatic && n > 2 && tuned_up_to(f, bytes, f.cfg.ring_tuned_max);
+  const bool few = Tuner::size_class(bytes).second <= f.crossover.few_rounds_max;  // by the class
+  const Tuner::Candidates c =
+      equal ? gather_candidates(st, f, a, few, "bruck", tuned) : unequal_candidates(st, f, a, bytes);
+  run(st, f, equal ? Tuner::Kind::allgather : Tuner::Kind::allgatherv, bytes, c, [&](int i) {
     const std::string_view name = c.names[i];
     if (name == "direct") allgatherv_direct(st, in, out, counts, elem);
     else if (name == "bruck") allgather_bruck(st, in, out, counts[0] * elem);
@@ -117,22 +134,11 @@ void reduce_scatterv_flat(Step& st, const Flat& f, Algorithm a, const void* in, 
                           std::span<const std::size_t> counts, DataType t, ReduceOp op, const InputReady* ready) {
   if (std::all_of(counts.begin(), counts.end(), [&](std::size_t c) { return c == counts[0]; }))
     return reduce_scatter_flat(st, f, a, in, out, counts[0], t, op, ready);
-  const int n = st.tp.size();
   std::size_t total = 0;
   for (std::size_t c : counts) total += c;
   const std::size_t bytes = total * size_of(t);
-  // Halving needs equal blocks: in few rounds, direct (one exchange, among up to
-  // direct_max_ranks), else the ring; where tuned, each against the other.
-  const bool direct_fits = n <= f.cfg.direct_max_ranks;
-  const bool few = direct_fits && Tuner::size_class(bytes).second <= f.crossover.few_rounds_max;
-  const bool tuned = a == Algorithm::automatic && n > 2 && direct_fits && tuned_up_to(f, bytes, f.cfg.ring_tuned_max);
-  Tuner::Candidates c{};
-  c.add(a == Algorithm::direct || few ? "direct" : "ring");
-  if (tuned) {
-    c.add(few ? "ring" : "direct");
-    c.sleeping = st.tp.sleeps();
-  }
-  run(st, f, Tuner::Kind::reduce_scatter, bytes, c, [&](int i) {
+  const Tuner::Candidates c = unequal_candidates(st, f, a, bytes);
+  run(st, f, Tuner::Kind::reduce_scatterv, bytes, c, [&](int i) {
     if (std::string_view(c.names[i]) == "ring") return reduce_scatterv_ring(st, in, out, counts, t, op, ready);
     if (ready) (*ready)(0, total);
     reduce_scatterv_direct(st, in, out, counts, t, op);

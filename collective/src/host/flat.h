@@ -31,7 +31,8 @@ void allreduce_flat(Step& st, const Flat& f, Algorithm a, const void* in, void* 
 void broadcast_flat(Step& st, const Flat& f, Algorithm a, void* buf, std::size_t bytes, int root);
 // direct as forced; else Bruck's in size classes up to few_rounds_max bytes of result
 // (equal blocks), the ring above; equal blocks are tuned up to ring_tuned_max: Bruck's, the ring and, among 3
-// to direct_max_ranks, direct. Unequal ones run the ring.
+// to direct_max_ranks, direct. Unequal ones as reduce_scatterv_flat: direct in few rounds,
+// the ring above, each tuned against the other.
 void allgatherv_flat(Step& st, const Flat& f, Algorithm a, const void* in, void* out,
                      std::span<const std::size_t> counts, std::size_t elem);
 // direct as forced; else halving in size classes up to few_rounds_max bytes of input,

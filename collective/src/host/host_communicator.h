@@ -93,7 +93,8 @@ struct HostCommConfig {
   // direct (twoshot where direct does not fit), above it up to ring_tuned_max the ring
   // against rhd and twoshot; an allgather
   // of equal blocks or a reduce-scatter up to ring_tuned_max its fixed choice against the
-  // other (Bruck's or halving, the ring) and direct; a broadcast below scatter_min the
+  // other (Bruck's or halving, the ring) and direct, and of unequal blocks (the
+  // hierarchical ones' leaders, on hosts of different sizes) direct against the ring; a broadcast below scatter_min the
   // binomial tree against direct, from scatter_min up to chain_min_bytes scatter-allgather
   // against the binomial tree and direct, above it the chain against the pipelined binary
   // tree and direct (direct only within direct_max_* and direct_broadcast_max_bytes,

@@ -18,6 +18,8 @@ const char* Tuner::name(Kind k) {
     case Kind::broadcast: return "broadcast";
     case Kind::allgather: return "allgather";
     case Kind::reduce_scatter: return "reduce_scatter";
+    case Kind::allgatherv: return "allgatherv";
+    case Kind::reduce_scatterv: return "reduce_scatterv";
   }
   return "?";
 }

@@ -59,7 +59,8 @@ namespace elasticrun::collective {
 
 class Tuner {
  public:
-  enum class Kind { allreduce, broadcast, allgather, reduce_scatter };
+  // allgatherv and reduce_scatterv: blocks of different sizes, which have other candidates.
+  enum class Kind { allreduce, broadcast, allgather, reduce_scatter, allgatherv, reduce_scatterv };
   static const char* name(Kind k);
   static constexpr int kMaxAlgorithms = 3;
   static constexpr int kMaxCandidates = 2 * kMaxAlgorithms;  // each algorithm, then each sleeping
