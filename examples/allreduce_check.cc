@@ -11,9 +11,11 @@
 // tolerance of half an ulp of their type (avg divides). Every allreduce algorithm
 // (ring, recursive doubling and halving-doubling, direct, shared memory when all ranks
 // share this host, and the hierarchical one when some host runs several ranks but not
-// all), and the other collectives over UCX and shared memory (and the direct
-// broadcast), are exercised by switching ELASTICRUN_ALGORITHM, which the library reads
-// per call.
+// all), and the other collectives over UCX, over shared memory (all ranks on this host)
+// or hierarchically (some host runs several ranks: the allgather(v) and reduce_scatter
+// through each host's shared memory and one rank per host, on hosts of any sizes), and
+// the direct broadcast, are exercised by switching ELASTICRUN_ALGORITHM, which the
+// library reads per call.
 // Prints "allreduce_check: OK (N checks)" and exits 0, or the first mismatch and exits 1.
 #include "collective_checks.h"
 
@@ -73,9 +75,11 @@ class Checker : public collective_checks::Checks<elasticrun::Communicator> {
             for (bool in_place : {false, true}) allreduce(algo, t, op, count, in_place);
     }
     // The other collectives: UCX ("ring" forces it for every collective), then
-    // shared memory when every rank is on this host.
-    for (const char* path : {"ring", "shm"}) {
+    // shared memory when every rank is on this host, or the hierarchy where hosts
+    // hold several ranks.
+    for (const char* path : {"ring", "shm", "hier"}) {
       if (std::strcmp(path, "shm") == 0 && !one_host_) continue;
+      if (std::strcmp(path, "hier") == 0 && !hierarchy_) continue;
       ::setenv("ELASTICRUN_ALGORITHM", path, 1);
       others(mib2);
     }
