@@ -85,6 +85,22 @@ def test_segment_setting_reaches_the_workers_and_a_bad_one_is_refused(job):
 
 
 @pytest.mark.skipif(not (EXAMPLES / "allreduce_check").exists(), reason="allreduce_check not built")
+def test_shared_memory_waits_keep_the_network_moving(job):
+    # A large receive over UCX can complete while its rank still owes the sender the
+    # rendezvous acknowledgement, which only that rank's progress sends. allreduce_check's
+    # hierarchical pass runs an alltoall over UCX (560 KB blocks) and then a hierarchical
+    # allgather: rank 1, done with the alltoall, waits in shared memory for rank 0, which
+    # waits for rank 1's acknowledgement. Unless the shared-memory waits progress UCX, 3 of
+    # 8 such runs timed out (1 KiB segments change the timing); three runs here, each with a
+    # 20 s collective timeout, so that a hang fails fast.
+    for _ in range(3):
+        r = job.run(["-x", "ELASTICRUN_COLLECTIVE_TIMEOUT=20", "-np", 3, "-H", "localhost:2,127.0.0.2:1",
+                     EXAMPLES / "allreduce_check", "--large", 4096], env={"ELASTICRUN_SEGMENT": "1K"}, timeout=300)
+        assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+        assert r.stdout.count("allreduce_check: OK") == 3
+
+
+@pytest.mark.skipif(not (EXAMPLES / "allreduce_check").exists(), reason="allreduce_check not built")
 def test_a_bad_tune_setting_is_refused_on_every_host(job):
     # ELASTICRUN_TUNE is read where the ranks span hosts (here two "hosts" of one machine,
     # the first the remote-looking one): a bad value fails the communicator, naming it.

@@ -378,6 +378,7 @@ class HostCommunicator final : public elasticrun::Communicator {
     o.dir = cfg_.shm_dir ? *cfg_.shm_dir : env_or("UCX_POSIX_DIR", "");  // the worker's own, under a daemon
     o.slot_bytes = slot;
     o.small_max = blocking_ ? cfg_.shm_small_max_blocking : cfg_.shm_small_max;
+    o.progress = [tp = tp_.get()] { tp->progress(); };
     const std::string key = cfg_.scope + name;
     constexpr std::size_t kFixed = 3 * sizeof(std::uint64_t);  // token, slot, small_max, then the path
     std::unique_ptr<ShmGroup> g;

@@ -187,6 +187,7 @@ void ShmGroup::wait_for(int q, std::uint32_t target, Clock::time_point deadline,
     bool idle = opts_.blocking && i >= kSpins;
     if (idle || (i & 1023) == 1023) {
       abort.check();
+      if (opts_.progress) opts_.progress();
       auto now = Clock::now();
       if (now >= deadline)
         throw TimeoutError(std::string(what) + ": timed out waiting for rank " + std::to_string(opts_.first_rank + q) +

@@ -26,6 +26,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -46,6 +47,10 @@ class ShmGroup {
     // A sleeping waiter looks at the abort signal and the deadline this often
     // (an arriving rank wakes it at once).
     std::chrono::nanoseconds sleep_slice = std::chrono::milliseconds(5);
+    // Called while waiting (before each yield or sleep, and every 1024 spins): the
+    // network transport's progress (Transport::progress), so that a rank waiting here
+    // still sends what it owes a peer that waits for it over the network.
+    std::function<void()> progress;
   };
 
   // Rank 0: creates the segment; `path()` and `token()` are what the others attach with.

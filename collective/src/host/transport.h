@@ -67,6 +67,12 @@ class Transport {
   // network's latency it only burns the cores the data needs. The tuner measures both.
   virtual bool sleeps() const { return false; }
   virtual void sleep_at_once(bool) {}
+  // Moves what is in flight along without waiting: a request can complete on one side
+  // while the transport still owes its peer a message (UCX's rendezvous acknowledgement
+  // after a large receive), which only progress sends. Waits that are not the
+  // transport's own (the shared-memory ones) call it, so that a peer waiting for that
+  // message is not left waiting on a rank that waits for the peer in shared memory.
+  virtual void progress() {}
 };
 
 }  // namespace elasticrun::collective

@@ -119,6 +119,11 @@ UcxTransport::~UcxTransport() {
   live_.clear();
 }
 
+void UcxTransport::progress() {
+  while (ucp_worker_progress(worker_.get()) != 0) {
+  }
+}
+
 void UcxTransport::close_endpoints(bool force, bool progress) {
   std::vector<void*> closing;
   ucp_request_param_t param{};

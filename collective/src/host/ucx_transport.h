@@ -68,6 +68,7 @@ class UcxTransport final : public Transport {
 
   bool sleeps() const override { return opts_.blocking; }
   void sleep_at_once(bool yes) override { sleep_at_once_ = yes; }
+  void progress() override;
 
  private:
   struct ContextDeleter {
