@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <span>
 #include <vector>
 
 namespace elasticrun::collective {
@@ -24,6 +25,13 @@ using Request = Transport::Request;
 struct Block {
   std::size_t offset = 0, bytes = 0;
 };
+
+// Where each of `counts`' blocks starts, in bytes, and (last) where they end.
+std::vector<std::size_t> byte_offsets(std::span<const std::size_t> counts, std::size_t elem) {
+  std::vector<std::size_t> offset(counts.size() + 1, 0);
+  for (std::size_t q = 0; q < counts.size(); ++q) offset[q + 1] = offset[q] + counts[q] * elem;
+  return offset;
+}
 
 bool overlap(const std::byte* a, std::size_t a_bytes, const std::byte* b, std::size_t b_bytes) {
   const auto x = reinterpret_cast<std::uintptr_t>(a), y = reinterpret_cast<std::uintptr_t>(b);
@@ -158,8 +166,7 @@ void reduce_scatter_direct(Step& st, const void* in, void* out, std::size_t coun
 void reduce_scatterv_direct(Step& st, const void* in, void* out, std::span<const std::size_t> counts, DataType t,
                             ReduceOp op) {
   const std::size_t elem = size_of(t);
-  std::vector<std::size_t> offset(counts.size() + 1, 0);
-  for (std::size_t q = 0; q < counts.size(); ++q) offset[q + 1] = offset[q] + counts[q] * elem;
+  const std::vector<std::size_t> offset = byte_offsets(counts, elem);
   if (offset.back() == 0) return;
   auto block = [&](int q) { return Block{offset[q], counts[q] * elem}; };
   reduce_scatter_sends(st, static_cast<const std::byte*>(in), offset.back(), static_cast<std::byte*>(out), block,
@@ -167,8 +174,7 @@ void reduce_scatterv_direct(Step& st, const void* in, void* out, std::span<const
 }
 
 void allgatherv_direct(Step& st, const void* in, void* out, std::span<const std::size_t> counts, std::size_t elem) {
-  std::vector<std::size_t> offset(counts.size() + 1, 0);
-  for (std::size_t q = 0; q < counts.size(); ++q) offset[q + 1] = offset[q] + counts[q] * elem;
+  const std::vector<std::size_t> offset = byte_offsets(counts, elem);
   auto block = [&](int q) { return Block{offset[q], counts[q] * elem}; };
   allgather_sends(st, static_cast<const std::byte*>(in), static_cast<std::byte*>(out), block, 0);
 }

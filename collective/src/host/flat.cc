@@ -1,10 +1,15 @@
 #include "host/flat.h"
 
 #include <algorithm>
+#include <span>
 #include <string_view>
 
 namespace elasticrun::collective {
 namespace {
+
+bool equal_blocks(std::span<const std::size_t> counts) {
+  return std::all_of(counts.begin(), counts.end(), [&](std::size_t c) { return c == counts[0]; });
+}
 
 bool tuned_up_to(const Flat& f, std::size_t bytes, std::size_t most) {
   return f.tuner && Tuner::size_class(bytes).second <= most;
@@ -101,7 +106,7 @@ void allgatherv_flat(Step& st, const Flat& f, Algorithm a, const void* in, void*
   for (std::size_t c : counts) total += c;
   const std::size_t bytes = total * elem;
   const int n = st.tp.size();
-  const bool equal = std::all_of(counts.begin(), counts.end(), [&](std::size_t c) { return c == counts[0]; });
+  const bool equal = equal_blocks(counts);
   const bool tuned = a == Algorithm::automatic && n > 2 && tuned_up_to(f, bytes, f.cfg.ring_tuned_max);
   const bool few = Tuner::size_class(bytes).second <= f.crossover.few_rounds_max;  // by the class
   const Tuner::Candidates c =
@@ -132,8 +137,7 @@ void reduce_scatter_flat(Step& st, const Flat& f, Algorithm a, const void* in, v
 
 void reduce_scatterv_flat(Step& st, const Flat& f, Algorithm a, const void* in, void* out,
                           std::span<const std::size_t> counts, DataType t, ReduceOp op, const InputReady* ready) {
-  if (std::all_of(counts.begin(), counts.end(), [&](std::size_t c) { return c == counts[0]; }))
-    return reduce_scatter_flat(st, f, a, in, out, counts[0], t, op, ready);
+  if (equal_blocks(counts)) return reduce_scatter_flat(st, f, a, in, out, counts[0], t, op, ready);
   std::size_t total = 0;
   for (std::size_t c : counts) total += c;
   const std::size_t bytes = total * size_of(t);

@@ -89,8 +89,10 @@ void reduce_scatter_hier(const HierReduceScatter& h, const void* in, void* out, 
                          ReduceOp op, const ShmWait& w) {
   const auto* src = static_cast<const std::byte*>(in);
   auto* dst = static_cast<std::byte*>(out);
+  std::vector<std::size_t> parts;  // each host's, in elements
+  for (int ranks : h.hosts) parts.push_back(static_cast<std::size_t>(ranks) * count);
   if (!h.host) {  // alone: the leaders' reduce-scatter takes the input as it is
-    h.across(src, dst, nullptr);
+    h.across(src, dst, parts, nullptr);
     if (op == ReduceOp::avg) finalize_avg(t, dst, count, h.world);
     return;
   }
@@ -102,9 +104,7 @@ void reduce_scatter_hier(const HierReduceScatter& h, const void* in, void* out, 
   if (count > 0 && n * count * e <= h.round_bytes) {
     rounds.push_back({0, n, 0, count});
   } else {
-    std::vector<std::size_t> blocks;  // each host's, in elements
-    for (int ranks : h.hosts) blocks.push_back(static_cast<std::size_t>(ranks) * count);
-    for (const schedule::Range& b : reduce_scatterv_ring_reads(h.index, blocks)) {
+    for (const schedule::Range& b : reduce_scatterv_ring_reads(h.index, parts)) {
       const std::size_t m = b.count / count, per = hier_rs_piece(e, static_cast<int>(m), h.round_bytes);
       for (std::size_t o = 0; o < count; o += per) rounds.push_back({b.offset / count, m, o, std::min(per, count - o)});
     }
@@ -135,7 +135,7 @@ void reduce_scatter_hier(const HierReduceScatter& h, const void* in, void* out, 
   std::byte* ours = h.sums + static_cast<std::size_t>(h.first) * count * e;
   std::size_t done = 0;
   const InputReady ready = [&](std::size_t a, std::size_t m) { sum_through(rounds, done, count, a, m, sum_round); };
-  if (h.leader) h.across(h.sums, ours, &ready);
+  if (h.leader) h.across(h.sums, ours, parts, &ready);
   while (done < rounds.size()) sum_round(rounds[done++]);
   // Each rank's block, through the result slots.
   const std::size_t each = std::max<std::size_t>(h.round_bytes / e / static_cast<std::size_t>(L), 1);

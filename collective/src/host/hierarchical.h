@@ -83,9 +83,12 @@ struct HierReduceScatter {
   std::size_t round_bytes;   // the slot bytes a round may fill, the same on every rank
   std::byte* sums = nullptr; // leaders of several ranks: room for the whole input (world blocks)
   // Leaders only: reduce-scatters `input` (world blocks) among the leaders with the
-  // accumulating op, host i's L_i blocks to leader i: this host's land at `ours`.
-  // `ready`, if set, is asked before a part of `input` is read (algorithms.h).
-  std::function<void(const std::byte* input, std::byte* ours, const InputReady* ready)> across;
+  // accumulating op, host i's part (its L_i blocks, `parts[i]` elements) to leader i:
+  // this host's lands at `ours`. `ready`, if set, is asked before a part of `input` is
+  // read (algorithms.h).
+  std::function<void(const std::byte* input, std::byte* ours, std::span<const std::size_t> parts,
+                     const InputReady* ready)>
+      across;
 };
 
 void reduce_scatter_hier(const HierReduceScatter& h, const void* in, void* out, std::size_t count, DataType t,

@@ -313,11 +313,10 @@ class HostCommunicator final : public elasticrun::Communicator {
     HierReduceScatter hr{h.host.get(), h.leader, cfg_.rank - cfg_.local_rank, cfg_.size, h.index, h.hosts,
                          h.round_bytes, h.sums.data(), {}};
     if (h.leader)
-      hr.across = [&](const std::byte* input, std::byte* ours, const InputReady* ready) {
-        std::vector<std::size_t> blocks;  // each host's, in elements
-        for (int ranks : h.hosts) blocks.push_back(static_cast<std::size_t>(ranks) * count);
+      hr.across = [&](const std::byte* input, std::byte* ours, std::span<const std::size_t> parts,
+                      const InputReady* ready) {
         Step sub{*h.leaders, st.deadline, across, ws_, segment_, cfg_.window, st.what};
-        reduce_scatterv_flat(sub, flat(h.tuner), Algorithm::automatic, input, ours, blocks, t, accumulate_op(op), ready);
+        reduce_scatterv_flat(sub, flat(h.tuner), Algorithm::automatic, input, ours, parts, t, accumulate_op(op), ready);
       };
     reduce_scatter_hier(hr, in, out, count, t, op, shm_wait(st));
   }
