@@ -21,7 +21,7 @@ inline constexpr const char* kHostTimeout = "ELASTICRUN_HOST_TIMEOUT";
 
 // Read by the collective library, the user may set them; collective/src/control/settings.h
 // has each one's default and rule (and reads the worker ones above).
-inline constexpr const char* kAlgorithm = "ELASTICRUN_ALGORITHM";  // auto|shm|hier|ring|rd|rhd|direct
+inline constexpr const char* kAlgorithm = "ELASTICRUN_ALGORITHM";  // auto|shm|hier|rails|ring|rd|rhd|direct
 inline constexpr const char* kProgress = "ELASTICRUN_PROGRESS";    // auto|busy|block
 inline constexpr const char* kCollectiveTimeout = "ELASTICRUN_COLLECTIVE_TIMEOUT";  // seconds
 inline constexpr const char* kSegment = "ELASTICRUN_SEGMENT";      // bytes, K/M suffix

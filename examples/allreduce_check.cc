@@ -42,11 +42,15 @@ class Checker : public collective_checks::Checks<elasticrun::Communicator> {
       : Checks(c, c.rank(), c.size(), "allreduce_check"), comm_(c), one_host_(t.local_size == t.size) {
     // A hierarchy exists when some host runs several ranks but not all of them:
     // every rank must agree, so take the largest host over all ranks.
-    std::int32_t widest = t.local_size;
+    // Rails as well where every host runs as many ranks (the narrowest is the widest).
+    std::int32_t widest = t.local_size, narrowest = t.local_size;
     comm_.allreduce(&widest, &widest, 1, DataType::i32, ReduceOp::max);
+    comm_.allreduce(&narrowest, &narrowest, 1, DataType::i32, ReduceOp::min);
     hierarchy_ = widest > 1 && widest < size();
+    rails_ = hierarchy_ && narrowest == widest;
     if (rank() == 0)
-      std::printf("algorithms: ring rd rhd direct twoshot%s%s\n", one_host_ ? " shm" : "", hierarchy_ ? " hier" : "");
+      std::printf("algorithms: ring rd rhd direct twoshot%s%s%s\n", one_host_ ? " shm" : "", hierarchy_ ? " hier" : "",
+                  rails_ ? " rails" : "");
   }
 
   void allgatherv(DataType t, std::size_t base) {
@@ -65,9 +69,10 @@ class Checker : public collective_checks::Checks<elasticrun::Communicator> {
 
   void run(std::size_t large) {
     const std::size_t mib2 = large;
-    for (const char* algo : {"ring", "rd", "rhd", "direct", "twoshot", "shm", "hier"}) {
+    for (const char* algo : {"ring", "rd", "rhd", "direct", "twoshot", "shm", "hier", "rails"}) {
       if (std::strcmp(algo, "shm") == 0 && !one_host_) continue;
       if (std::strcmp(algo, "hier") == 0 && !hierarchy_) continue;
+      if (std::strcmp(algo, "rails") == 0 && !rails_) continue;
       ::setenv("ELASTICRUN_ALGORITHM", algo, 1);
       for (DataType t : kTypes)
         for (ReduceOp op : kOps)
@@ -112,7 +117,7 @@ class Checker : public collective_checks::Checks<elasticrun::Communicator> {
 
  private:
   elasticrun::Communicator& comm_;
-  bool one_host_, hierarchy_ = false;
+  bool one_host_, hierarchy_ = false, rails_ = false;
 };
 
 }  // namespace

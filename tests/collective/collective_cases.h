@@ -37,6 +37,7 @@ inline const char* name_of(Algorithm a) {
     case Algorithm::direct: return "direct/";
     case Algorithm::twoshot: return "twoshot/";
     case Algorithm::hier: return "hier/";
+    case Algorithm::rails: return "rails/";
     default: return "auto/";
   }
 }

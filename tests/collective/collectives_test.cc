@@ -279,6 +279,38 @@ TEST(Hierarchical, AllreduceEveryTypeAndOpOnUnevenHosts) {
   }
 }
 
+// The allreduce in rails (every host's j-th ranks allreduce the j-th part of the host
+// sums), forced, on hosts of equal size: every type and op, vectors shorter than a host's
+// ranks (empty parts), odd ones (parts that differ by one), in place, and in many 4 KiB
+// rounds; and automatic above rails_above_bytes, beside the leaders' form below it.
+TEST(Hierarchical, AllreduceInRailsOnEvenHosts) {
+  for (std::vector<int> hosts : {std::vector{2, 2}, std::vector{3, 3}, std::vector{2, 2, 2}}) {
+    int n = 0;
+    for (int h : hosts) n += h;
+    World w(n);
+    std::string name = "rails";
+    for (int h : hosts) name.append(1, '-').append(std::to_string(h));
+    run_ranks(w, [&](int r) { return on_hosts(hosts, r, Algorithm::rails); }, name + "/", [](int r, Communicator& c) {
+      for (DataType t : kAllTypes)
+        for (ReduceOp op : kAllOps)
+          for (std::size_t count : {0u, 1u, 2u, 1023u, 5000u})
+            for (bool in_place : {false, true}) allreduce_case(c, r, t, op, count, in_place);
+      for (bool in_place : {false, true}) allreduce_case(c, r, DataType::f32, ReduceOp::avg, kLarge, in_place);
+      c.barrier();  // UCX collectives after the rails still line up
+      allreduce_case(c, r, DataType::i64, ReduceOp::max, 300001, true);
+    });
+    World a(n);
+    run_ranks(a, [&](int r) {
+      HostCommConfig c = on_hosts(hosts, r, Algorithm::automatic);
+      c.rails_above_bytes = 16 * 1024;
+      return c;
+    }, name + "-auto/", [](int r, Communicator& c) {
+      for (std::size_t count : {1000u, 5000u, 1000u, 70001u})  // 4 KB leaders, 20 KB rails, ..., 280 KB rails
+        for (bool in_place : {false, true}) allreduce_case(c, r, DataType::f32, ReduceOp::sum, count, in_place);
+    });
+  }
+}
+
 // The hierarchical allgather (each host's ranks through shared memory, one rank per host
 // over UCX), forced and automatic, on even and uneven hosts: equal blocks in place and
 // not, and unequal ones with empty contributions. A world of one has nothing to gather
@@ -427,6 +459,24 @@ TEST(Hierarchical, AutomaticUpToItsLimitWhereHostsHoldSeveralRanks) {
     }
     EXPECT_EQ(hierarchical, hosts.size() != 3 || hosts[0] != 1) << name;
   }
+}
+
+// Forced rails where the hosts differ in size say why, on every rank.
+TEST(Hierarchical, RailsRefusedOnUnevenHosts) {
+  const std::vector<int> hosts{3, 1, 2};
+  World w(6);
+  std::atomic<int> refused{0};
+  run_ranks(w, [&](int r) { return on_hosts(hosts, r, Algorithm::rails); }, "rails-no/", [&](int r, Communicator& c) {
+    int x = r;
+    try {
+      c.allreduce(&x, &x, 1, DataType::i32, ReduceOp::sum);
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("ELASTICRUN_ALGORITHM=rails, but the hosts run different numbers of ranks"),
+                std::string::npos) << e.what();
+      ++refused;
+    }
+  });
+  EXPECT_EQ(refused, 6);
 }
 
 // Forced hier where it cannot apply says why, on every rank.

@@ -127,7 +127,7 @@ TEST(Settings, AlgorithmAndProgress) {
   EXPECT_EQ(progress(), Progress::busy);
   a.set("fast");
   EXPECT_EQ(error_of([] { algorithm(); }),
-            "ELASTICRUN_ALGORITHM: unknown algorithm 'fast' (expected auto, shm, hier, ring, rd, rhd, direct or twoshot)");
+            "ELASTICRUN_ALGORITHM: unknown algorithm 'fast' (expected auto, shm, hier, rails, ring, rd, rhd, direct or twoshot)");
   p.set("spin");
   EXPECT_EQ(error_of([] { progress(); }),
             "ELASTICRUN_PROGRESS: unknown progress mode 'spin' (expected auto, busy or block)");

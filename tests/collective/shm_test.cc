@@ -298,6 +298,7 @@ TEST(AlgorithmSetting, ParsesEveryNameAndRefusesOthers) {
   EXPECT_EQ(parse_algorithm("auto", "X"), Algorithm::automatic);
   EXPECT_EQ(parse_algorithm("shm", "X"), Algorithm::shm);
   EXPECT_EQ(parse_algorithm("hier", "X"), Algorithm::hier);
+  EXPECT_EQ(parse_algorithm("rails", "X"), Algorithm::rails);
   EXPECT_EQ(parse_algorithm("ring", "X"), Algorithm::ring);
   EXPECT_EQ(parse_algorithm("rd", "X"), Algorithm::rd);
   EXPECT_EQ(parse_algorithm("rhd", "X"), Algorithm::rhd);
@@ -309,7 +310,7 @@ TEST(AlgorithmSetting, ParsesEveryNameAndRefusesOthers) {
       ADD_FAILURE() << "accepted '" << bad << "'";
     } catch (const Error& e) {
       EXPECT_EQ(std::string(e.what()), std::string("ELASTICRUN_ALGORITHM: unknown algorithm '") + bad +
-                                           "' (expected auto, shm, hier, ring, rd, rhd, direct or twoshot)");
+                                           "' (expected auto, shm, hier, rails, ring, rd, rhd, direct or twoshot)");
     }
   }
 }

@@ -201,6 +201,7 @@ def test_every_collective_is_correct_with_one_slow_link(job, unshaped):
         shape(k, "--rate", "20mbit" if k == 3 else "200mbit")
     r = run_check(job, unshaped, large=64 << 10)
     assert r.returncode == 0, r.stderr[-3000:]
+    assert "algorithms: ring rd rhd direct twoshot hier rails" in r.stdout, r.stdout[-2000:]  # hosts of 2 ranks each
     assert re.search(r"allreduce_check: OK \(\d+ checks\)", r.stdout), r.stdout[-2000:]
 
 

@@ -57,10 +57,11 @@ Algorithm parse_algorithm(const std::string& s, const char* what) {
   if (s == "rhd") return Algorithm::rhd;
   if (s == "shm") return Algorithm::shm;
   if (s == "hier") return Algorithm::hier;
+  if (s == "rails") return Algorithm::rails;
   if (s == "direct") return Algorithm::direct;
   if (s == "twoshot") return Algorithm::twoshot;
   throw Error(std::string(what) + ": unknown algorithm '" + s +
-              "' (expected auto, shm, hier, ring, rd, rhd, direct or twoshot)");
+              "' (expected auto, shm, hier, rails, ring, rd, rhd, direct or twoshot)");
 }
 
 Progress parse_progress(const std::string& s, const char* what) {

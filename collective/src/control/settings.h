@@ -20,10 +20,10 @@
 
 namespace elasticrun::collective {
 
-enum class Algorithm { automatic, ring, rd, rhd, shm, hier, direct, twoshot };
+enum class Algorithm { automatic, ring, rd, rhd, shm, hier, direct, twoshot, rails };
 enum class Progress { automatic, busy, block };
 
-// Parses "auto|ring|rd|rhd|shm|hier|direct|twoshot" and "auto|busy|block"; throws Error naming `what` otherwise.
+// Parses "auto|ring|rd|rhd|shm|hier|rails|direct|twoshot" and "auto|busy|block"; throws Error naming `what` otherwise.
 Algorithm parse_algorithm(const std::string& s, const char* what);
 Progress parse_progress(const std::string& s, const char* what);
 // A device index, the value of the variable `name`: a non-negative integer (at most 2^20).

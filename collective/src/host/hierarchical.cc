@@ -67,6 +67,20 @@ void allreduce_hier(const HierAllreduce& h, const void* in, void* out, std::size
   if (h.host) broadcast_shm(*h.host, dst, count * e, 0, w);
 }
 
+void allreduce_rails(const HierRails& h, const void* in, void* out, std::size_t count, DataType t, ReduceOp op,
+                     const ShmWait& w) {
+  ShmGroup& g = *h.host;
+  const std::size_t e = size_of(t), L = static_cast<std::size_t>(g.size());
+  std::vector<std::size_t> parts(L);
+  for (std::size_t j = 0; j < L; ++j) parts[j] = schedule::balanced(count, L, j).count;
+  std::byte* part = static_cast<std::byte*>(out) + my_part(g, count).offset * e;
+  const std::size_t mine = parts[static_cast<std::size_t>(g.rank())];
+  reduce_scatterv_shm(g, in, part, parts, t, accumulate_op(op), w);
+  h.across(part, mine);
+  if (op == ReduceOp::avg) finalize_avg(t, part, mine, h.world);
+  allgatherv_shm(g, part, out, parts, e, w);
+}
+
 void allgather_hier(const HierAllgather& h, const void* in, void* out, std::span<const std::size_t> counts,
                     std::size_t elem, const ShmWait& w) {
   const int mine = h.host ? h.host->size() : 1;

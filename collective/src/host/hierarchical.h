@@ -41,6 +41,24 @@ struct HierAllreduce {
 void allreduce_hier(const HierAllreduce& h, const void* in, void* out, std::size_t count, DataType t,
                     ReduceOp op, const ShmWait& w);
 
+// The allreduce in rails, on hosts that all hold the same L >= 2 ranks: the host's ranks
+// reduce-scatter the vector through shared memory (rank j gets part j, a balanced 1/L of
+// it, summed over the host), the hosts' j-th ranks allreduce part j among themselves
+// (rail j: L allreduces across the hosts at once, each of 1/L of the vector, where the
+// leaders' form has one of all of it), and the host's ranks allgather their parts
+// through shared memory. The host sums all come first, not as a rail asks for them: a
+// rank waiting in a host barrier for another that waits on its rail, whose peer on
+// another host waits in its own host barrier, could wait for ever.
+struct HierRails {
+  ShmGroup* host = nullptr;  // this host's L ranks
+  int world = 1;             // ranks in all, the divisor of avg
+  // Allreduces `count` elements in place over this rank's rail with the accumulating op.
+  std::function<void(void* buf, std::size_t count)> across;
+};
+
+void allreduce_rails(const HierRails& h, const void* in, void* out, std::size_t count, DataType t, ReduceOp op,
+                     const ShmWait& w);
+
 // The allgather in two levels, on any hosts (the ranks laid out host by host, so a host's
 // blocks are consecutive in `out`): each host's ranks gather theirs through shared memory
 // into the host's part of `out`, the leader exchanges the hosts' parts among the leaders,

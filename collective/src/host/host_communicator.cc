@@ -5,6 +5,7 @@
 #include "host/reduce.h"
 #include "host/hierarchical.h"
 #include "host/shm_collectives.h"
+#include "host/shm_setup.h"
 #include "host/self_transport.h"
 #include "host/sub_transport.h"
 #include "host/tuner.h"
@@ -106,9 +107,9 @@ class HostCommunicator final : public elasticrun::Communicator {
       } else if (ShmGroup* g = shm(st, a)) {
         allreduce_shm(*g, in, out, count, t, op, shm_wait(st));
       } else if (Hierarchy* h = use_hier(a, bytes) ? hierarchy(st) : nullptr) {
-        allreduce_hierarchical(*h, st, in, out, count, t, op);
-      } else if (a == Algorithm::hier) {
-        throw Error("allreduce: ELASTICRUN_ALGORITHM=hier, but " + hier_unavailable_);
+        allreduce_hierarchical(*h, st, a, in, out, count, t, op);
+      } else if (forced_hier(a)) {
+        throw Error(forced_but("allreduce", a) + hier_unavailable_);
       } else {
         allreduce_flat(st, flat(tuner_), a, in, out, count, t, op);
       }
@@ -154,7 +155,7 @@ class HostCommunicator final : public elasticrun::Communicator {
       // unshaped, 1.26-2.07x behind 500 us ones).
       else if (Hierarchy* h = hierarchy(st, a))
         allgather_hierarchical(*h, st, in, out, counts, elem);
-      else if (a == Algorithm::hier) throw Error("allgatherv: ELASTICRUN_ALGORITHM=hier, but " + hier_unavailable_);
+      else if (forced_hier(a)) throw Error(forced_but("allgatherv", a) + hier_unavailable_);
       else allgatherv_flat(st, flat(tuner_), a, in, out, counts, elem);
     });
   }
@@ -170,9 +171,8 @@ class HostCommunicator final : public elasticrun::Communicator {
         if (ShmGroup* g = shm(st)) reduce_scatter_shm(*g, in, out, count, t, op, shm_wait(st));
         else if (Hierarchy* h = hierarchy(st, a); h && hier_rs_unavailable(*h, t).empty())
           reduce_scatter_hierarchical(*h, st, in, out, count, t, op);
-        else if (a == Algorithm::hier)
-          throw Error("reduce_scatter: ELASTICRUN_ALGORITHM=hier, but " +
-                      (h ? hier_rs_unavailable(*h, t) : hier_unavailable_));
+        else if (forced_hier(a))
+          throw Error(forced_but("reduce_scatter", a) + (h ? hier_rs_unavailable(*h, t) : hier_unavailable_));
         else reduce_scatter_flat(st, flat(tuner_), a, in, out, count, t, op);
       }
     });
@@ -216,6 +216,10 @@ class HostCommunicator final : public elasticrun::Communicator {
     int index = 0;                           // this host's place in `hosts`
     std::size_t round_bytes = 0;             // the same on every rank
     std::vector<std::byte> sums;             // the leader's: a reduce-scatter's host sums
+    // Where every host holds the same number of ranks: this rank's rail (the hosts' ranks
+    // of its local rank) and its decisions; null elsewhere.
+    std::unique_ptr<SubTransport> rail;
+    Tuner rail_tuner;
   };
 
   // Whether an allreduce of `bytes` is to be hierarchical where the hosts allow it (the
@@ -224,14 +228,18 @@ class HostCommunicator final : public elasticrun::Communicator {
   // several ranks or some other's may (local_size() is this host's; hierarchy() gathers
   // everyone's).
   bool use_hier(Algorithm a, std::size_t bytes) const {
-    return a == Algorithm::hier || (a == Algorithm::automatic && bytes <= cfg_.hier_max_bytes);
+    return forced_hier(a) || (a == Algorithm::automatic && bytes <= cfg_.hier_max_bytes);
+  }
+  static bool forced_hier(Algorithm a) { return a == Algorithm::hier || a == Algorithm::rails; }
+  static std::string forced_but(const char* what, Algorithm a) {
+    return std::string(what) + ": ELASTICRUN_ALGORITHM=" + (a == Algorithm::rails ? "rails" : "hier") + ", but ";
   }
 
   // Set up by the first hierarchical collective; null (with hier_unavailable_ saying
   // why, the same on every rank) when the ranks are on one host, one per host, or
   // laid out other than host by host, or when a host's segment could not be made.
   Hierarchy* hierarchy(Step& st, Algorithm a) {
-    return a == Algorithm::hier || a == Algorithm::automatic ? hierarchy(st) : nullptr;
+    return forced_hier(a) || a == Algorithm::automatic ? hierarchy(st) : nullptr;
   }
   Hierarchy* hierarchy(Step& st) {
     if (hier_) return hier_.get();
@@ -270,14 +278,30 @@ class HostCommunicator final : public elasticrun::Communicator {
       return nullptr;
     }
     h->leader = cfg_.local_rank == 0;
+    if (std::all_of(h->hosts.begin(), h->hosts.end(), [&](int l) { return l == h->hosts[0]; })) {
+      std::vector<int> rail;  // every host has a rank of this local rank
+      for (int q : leaders) rail.push_back(q + cfg_.local_rank);
+      h->rail = std::make_unique<SubTransport>(*tp_, std::move(rail));
+    }
     h->leaders = std::make_unique<SubTransport>(*tp_, std::move(leaders));
     hier_ = std::move(h);
     return hier_.get();
   }
 
-  void allreduce_hierarchical(Hierarchy& h, Step& st, const void* in, void* out, std::size_t count, DataType t,
-                              ReduceOp op) {
-    const std::uint64_t across = seq_++;  // every rank reserves the leaders' sequence number
+  void allreduce_hierarchical(Hierarchy& h, Step& st, Algorithm a, const void* in, void* out, std::size_t count,
+                              DataType t, ReduceOp op) {
+    const std::uint64_t across = seq_++;  // every rank reserves the leaders' (or the rails') sequence number
+    const std::size_t bytes = count * size_of(t);
+    if (a == Algorithm::rails && !h.rail)
+      throw Error(forced_but("allreduce", a) + "the hosts run different numbers of ranks");
+    if (h.rail && (a == Algorithm::rails || (a == Algorithm::automatic && bytes > cfg_.rails_above_bytes &&
+                                             bytes <= cfg_.rails_max_bytes))) {
+      HierRails hr{h.host.get(), cfg_.size, [&](void* buf, std::size_t n) {
+        Step sub{*h.rail, st.deadline, across, ws_, segment_, cfg_.window, st.what};
+        allreduce_flat(sub, flat(h.rail_tuner), Algorithm::automatic, buf, buf, n, t, accumulate_op(op));
+      }};
+      return allreduce_rails(hr, in, out, count, t, op, shm_wait(st));
+    }
     HierAllreduce ha{h.host.get(), h.leader, cfg_.size, static_cast<int>(h.hosts.size()), h.index, h.round_bytes, {}};
     if (h.leader)
       ha.across = [&](void* buf, std::size_t n, const InputReady& ready) {
@@ -361,12 +385,8 @@ class HostCommunicator final : public elasticrun::Communicator {
   int local_size() const { return cfg_.local_size > 0 ? cfg_.local_size : cfg_.size; }
 
   // Makes this rank's shared-memory group: `group_size` ranks, this one `group_rank`
-  // among them, found under Store key scope + `name`. Group rank 0 creates the
-  // segment with its settings and publishes them with the path; the others adopt
-  // them (the progress mode behind small_max is each rank's own). Collective over
-  // the whole communicator: every rank calls it in the same call, and the result
-  // is whether every rank's group is usable (false: `why` says why). A group of
-  // one needs no segment and leaves `out` null.
+  // among them, found under Store key scope + `name` (make_shm_group: collective over the
+  // whole communicator).
   bool make_group(Step& st, const std::string& name, int group_rank, int group_size, std::size_t slot,
                   std::unique_ptr<ShmGroup>& out, std::string& why) {
     ShmGroup::Options o;
@@ -378,56 +398,8 @@ class HostCommunicator final : public elasticrun::Communicator {
     o.slot_bytes = slot;
     o.small_max = blocking_ ? cfg_.shm_small_max_blocking : cfg_.shm_small_max;
     o.progress = [tp = tp_.get()] { tp->progress(); };
-    const std::string key = cfg_.scope + name;
-    constexpr std::size_t kFixed = 3 * sizeof(std::uint64_t);  // token, slot, small_max, then the path
-    std::unique_ptr<ShmGroup> g;
-    std::string mine;
-    try {
-      if (group_size == 1) {
-        // nothing to share
-      } else if (group_rank == 0) {
-        g = ShmGroup::create(o);
-      } else {
-        Bytes v = store_->get(key, st.deadline);
-        if (v.size() <= kFixed) throw Error("rank 0 of the host could not create the segment");
-        std::uint64_t fixed[3];
-        std::memcpy(fixed, v.data(), kFixed);
-        o.slot_bytes = fixed[1];
-        o.small_max = fixed[2];
-        g = ShmGroup::attach(o, std::string(v.begin() + kFixed, v.end()), fixed[0]);
-      }
-    } catch (const std::exception& e) {
-      if (dynamic_cast<const TimeoutError*>(&e) || abort_->raised()) throw;
-      mine = e.what();
-    }
-    // From here on group rank 0 removes the file whatever happens: the others have
-    // it mapped (or have given up) once the agreement is over.
-    std::int32_t ok = mine.empty() ? 1 : 0;
-    bool creator = group_size > 1 && group_rank == 0;
-    try {
-      if (creator) {
-        Bytes v(g ? kFixed + g->path().size() : 0);  // empty: there is no segment
-        if (g) {
-          std::uint64_t fixed[3] = {g->token(), g->slot_bytes(), g->small_max()};
-          std::memcpy(v.data(), fixed, kFixed);
-          std::memcpy(v.data() + kFixed, g->path().data(), g->path().size());
-        }
-        store_->set(key, v);
-      }
-      // Whether every rank has its group: the minimum over all ranks, by UCX (a step of its own).
-      Step agree{st.tp, st.deadline, seq_++, ws_, st.segment, st.window, st.what};
-      allreduce_rd(agree, &ok, &ok, 1, DataType::i32, ReduceOp::min);
-    } catch (...) {
-      if (g && creator) g->unlink();
-      throw;
-    }
-    if (g && creator) g->unlink();
-    if (ok == 0) {
-      why = !mine.empty() ? mine : "another rank could not map its shared segment";
-      return false;
-    }
-    out = std::move(g);
-    return true;
+    Step agree{st.tp, st.deadline, seq_++, ws_, st.segment, st.window, st.what};
+    return make_shm_group(o, *store_, cfg_.scope + name, agree, *abort_, out, why);
   }
 
   // Runs one collective with a fresh deadline and tag sequence. A failure leaves

@@ -12,17 +12,19 @@
 // reduce-scatter. Across hosts that hold several ranks, allreduces and allgathers of
 // any size and reduce-scatters of any size (on hosts of any sizes) are
 // hierarchical (hierarchical.h): shared memory within each host, UCX among one rank per
-// host (bench/RESULTS.md: on shaped 4 x 2 hosts the allreduce 2x at 8-32 KiB and 1.2x
+// host, or for allreduces of rails_above_bytes..rails_max_bytes on hosts of equal size
+// among each host's j-th ranks, rail by rail (bench/RESULTS.md: on shaped 4 x 2 hosts the allreduce 2x at 8-32 KiB and 1.2x
 // at 64 KiB-8 MiB, the allgather 1.0-2.3x, the reduce-scatter 1.1-2.3x). Across hosts, where the
 // crossovers only guess, the first calls of each size class measure the candidates
 // (the direct and two-shot algorithms among them) and the ranks agree on the fastest
 // (host/tuner.h; HostCommConfig::tune). ELASTICRUN_ALGORITHM=shm|ring|rd|rhd|direct|
-// twoshot|hier|auto forces it (ring, rd, rhd, direct and twoshot: UCX for every
+// twoshot|hier|rails|auto forces it (ring, rd, rhd, direct and twoshot: UCX for every
 // collective, and that allreduce algorithm; direct also every broadcast, allgather and
 // reduce-scatter); it is read at every call unless HostCommConfig fixes it, so a test
 // program can switch algorithms without rebuilding the communicator.
 // ELASTICRUN_ALGORITHM=hier makes every allreduce, allgather and reduce-scatter across
-// hosts hierarchical.
+// hosts hierarchical (the allreduce in the leaders' form), rails the same with every
+// allreduce in rails (hosts of equal size only).
 //
 // Progress: busy-polling when this host runs no more ranks than it has cores,
 // blocking on the UCX event fd otherwise; ELASTICRUN_PROGRESS=busy|block|auto forces it.
@@ -135,6 +137,18 @@ struct HostCommConfig {
   // 1-8 MiB on 4 x 2 hosts behind 200 Mbit/s links, 0.68-1.0x unshaped, level behind
   // 500 us ones; bench/RESULTS.md).
   std::size_t hier_max_bytes = SIZE_MAX;
+  // Automatic hierarchical allreduce where every host holds the same number of ranks:
+  // in rails (hierarchical.h: the hosts' j-th ranks allreduce the j-th part of the host
+  // sums, every rank on the network) above rails_above_bytes up to rails_max_bytes, the
+  // leaders' form elsewhere. On 4 x 2 namespace hosts (bench/RESULTS.md, session 34)
+  // rails took 0.67-0.85x the leaders' time at 512 KiB-1 MiB behind 500 us links and
+  // 0.74-0.94x behind 200 Mbit/s ones; at 32-256 KiB 0.80-0.93x behind 500 us links but
+  // 1.33x at 256 KiB behind 200 Mbit/s ones (each rail's half is in halving-doubling's
+  // class there, where the leaders' whole vector runs the ring), and at 2-16 MiB level
+  // to 1.3x slower (every rank on the network, on 2 cores; the leaders sum the host as
+  // their ring reads it, the rails sum it all first).
+  std::size_t rails_above_bytes = 256 * 1024;
+  std::size_t rails_max_bytes = 1024 * 1024;
   // Shared-memory allreduce (bench/RESULTS.md has the measurements behind these):
   std::size_t shm_slot_bytes = 1024 * 1024;       // vector bytes per round (fewer barriers)
   std::size_t shm_max_segment = 16 * 1024 * 1024; // caps the slots when there are many ranks

@@ -148,6 +148,40 @@ void reduce_scatter_shm(ShmGroup& g, const void* in, void* out, std::size_t coun
   }
 }
 
+void reduce_scatterv_shm(ShmGroup& g, const void* in, void* out, std::span<const std::size_t> counts, DataType t,
+                         ReduceOp op, const ShmWait& w) {
+  const std::size_t e = size_of(t);
+  const int n = g.size(), r = g.rank();
+  const ReduceOp acc = accumulate_op(op);
+  const auto* src = static_cast<const std::byte*>(in);
+  auto* dst = static_cast<std::byte*>(out);
+  std::vector<std::size_t> displs(n);
+  std::size_t longest = 0;
+  for (int q = 0; q < n; ++q) {
+    displs[q] = q == 0 ? 0 : displs[q - 1] + counts[q - 1];
+    longest = std::max(longest, counts[q]);
+  }
+  const std::byte* own = src + displs[r] * e;
+  const bool in_place = own == dst;  // then our piece goes through the slot too: we overwrite it
+  const std::size_t per_round = std::max<std::size_t>(g.slot_bytes() / (e * static_cast<std::size_t>(n)), 1);
+  for (std::size_t o = 0; o < longest; o += per_round) {
+    auto len = [&](int q) { return o < counts[q] ? std::min(per_round, counts[q] - o) : 0; };
+    const int set = g.next_set();
+    std::byte* slot = g.input(set, r);
+    for (int q = 0; q < n; ++q)
+      if (q != r || in_place) copy_pieces(slot + q * per_round * e, src + (displs[q] + o) * e, len(q) * e);
+    g.barrier(w.deadline, w.abort, w.what);
+    if (len(r) == 0) continue;
+    auto part = [&](int q) -> const std::byte* {
+      return q == r && !in_place ? own + o * e : g.input(set, q) + r * per_round * e;
+    };
+    std::byte* res = dst + o * e;
+    reduce(t, acc, res, part(0), part(1), len(r));
+    for (int q = 2; q < n; ++q) reduce(t, acc, res, res, part(q), len(r));
+    if (op == ReduceOp::avg) finalize_avg(t, res, len(r), n);
+  }
+}
+
 void alltoall_shm(ShmGroup& g, const void* in, void* out, std::size_t block_bytes, const ShmWait& w) {
   const int n = g.size(), r = g.rank();
   const auto* src = static_cast<const std::byte*>(in);
