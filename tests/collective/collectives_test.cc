@@ -461,6 +461,30 @@ TEST(Hierarchical, AutomaticUpToItsLimitWhereHostsHoldSeveralRanks) {
   }
 }
 
+// A rail's part is tuned in the class of the bytes its host's link carries: on hosts of
+// 2 ranks an allreduce of 160 KB gives each rail 80 KB, in the ring's class (above the
+// halving-doubling's 128 KiB over 2) among the 3 hosts' ranks of its local rank.
+TEST(Hierarchical, ARailsPartIsTunedByItsHostsBytes) {
+  const std::vector<int> hosts{2, 2, 2};
+  World w(6);
+  std::vector<std::string> heard;
+  std::mutex mu;
+  run_ranks(w, [&](int r) {
+    HostCommConfig c = on_hosts(hosts, r, Algorithm::rails);
+    c.tune = true;
+    if (r == 1) c.on_tuned = [&](const std::string& text) {
+      std::lock_guard lock(mu);
+      heard.push_back(text);
+    };
+    return c;
+  }, "rails-tuned/", [](int r, Communicator& c) {
+    for (int call = 0; call < Tuner::most_calls(Tuner::kMaxCandidates) + 2; ++call)
+      allreduce_case(c, r, DataType::f32, ReduceOp::sum, 40000, call % 2);
+  });
+  ASSERT_EQ(heard.size(), 1u);
+  EXPECT_EQ(heard[0].rfind("allreduce of 65537-131072 bytes over 3 ranks: ring ", 0), 0u) << heard[0];
+}
+
 // Forced rails where the hosts differ in size say why, on every rank.
 TEST(Hierarchical, RailsRefusedOnUnevenHosts) {
   const std::vector<int> hosts{3, 1, 2};

@@ -220,6 +220,7 @@ class HostCommunicator final : public elasticrun::Communicator {
     // of its local rank) and its decisions; null elsewhere.
     std::unique_ptr<SubTransport> rail;
     Tuner rail_tuner;
+    HostCommConfig::Crossover rail_crossover;  // the flat crossovers' rd_max and rhd_max over L
   };
 
   // Whether an allreduce of `bytes` is to be hierarchical where the hosts allow it (the
@@ -282,6 +283,11 @@ class HostCommunicator final : public elasticrun::Communicator {
       std::vector<int> rail;  // every host has a rank of this local rank
       for (int q : leaders) rail.push_back(q + cfg_.local_rank);
       h->rail = std::make_unique<SubTransport>(*tp_, std::move(rail));
+      // A host's link carries its L rails' parts at once: a rail's part of a vector is in
+      // the class the vector's bytes on that link put it in.
+      h->rail_crossover = crossover_;
+      h->rail_crossover.rd_max /= static_cast<std::size_t>(h->hosts[0]);
+      h->rail_crossover.rhd_max /= static_cast<std::size_t>(h->hosts[0]);
     }
     h->leaders = std::make_unique<SubTransport>(*tp_, std::move(leaders));
     hier_ = std::move(h);
@@ -298,7 +304,8 @@ class HostCommunicator final : public elasticrun::Communicator {
                                              bytes <= cfg_.rails_max_bytes))) {
       HierRails hr{h.host.get(), cfg_.size, [&](void* buf, std::size_t n) {
         Step sub{*h.rail, st.deadline, across, ws_, segment_, cfg_.window, st.what};
-        allreduce_flat(sub, flat(h.rail_tuner), Algorithm::automatic, buf, buf, n, t, accumulate_op(op));
+        const Flat f{cfg_, h.rail_crossover, tune_ ? &h.rail_tuner : nullptr};
+        allreduce_flat(sub, f, Algorithm::automatic, buf, buf, n, t, accumulate_op(op));
       }};
       return allreduce_rails(hr, in, out, count, t, op, shm_wait(st));
     }

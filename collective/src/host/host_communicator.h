@@ -141,14 +141,13 @@ struct HostCommConfig {
   // in rails (hierarchical.h: the hosts' j-th ranks allreduce the j-th part of the host
   // sums, every rank on the network) above rails_above_bytes up to rails_max_bytes, the
   // leaders' form elsewhere. On 4 x 2 namespace hosts (bench/RESULTS.md, session 34)
-  // rails took 0.67-0.85x the leaders' time at 512 KiB-1 MiB behind 500 us links and
-  // 0.74-0.94x behind 200 Mbit/s ones; at 32-256 KiB 0.80-0.93x behind 500 us links but
-  // 1.33x at 256 KiB behind 200 Mbit/s ones (each rail's half is in halving-doubling's
-  // class there, where the leaders' whole vector runs the ring), and at 2-16 MiB level
-  // to 1.3x slower (every rank on the network, on 2 cores; the leaders sum the host as
-  // their ring reads it, the rails sum it all first).
-  std::size_t rails_above_bytes = 256 * 1024;
-  std::size_t rails_max_bytes = 1024 * 1024;
+  // behind 500 us links rails took 0.77-0.81x the leaders' time at 2 MiB and 0.87-0.98x
+  // at 4 MiB; 0.83-1.07x at 32 KiB-1 MiB, 0.82-1.21x at 8 MiB and 1.05-1.28x at 16 MiB
+  // (every rank of 8 on the network, on 2 cores; the leaders sum the host as their ring
+  // reads it, the rails sum it all first); behind 200 Mbit/s links both ran at the link
+  // (0.99-1.03x) from 32 KiB to 16 MiB.
+  std::size_t rails_above_bytes = 1024 * 1024;
+  std::size_t rails_max_bytes = 4 * 1024 * 1024;
   // Shared-memory allreduce (bench/RESULTS.md has the measurements behind these):
   std::size_t shm_slot_bytes = 1024 * 1024;       // vector bytes per round (fewer barriers)
   std::size_t shm_max_segment = 16 * 1024 * 1024; // caps the slots when there are many ranks
