@@ -60,9 +60,9 @@ void allgatherv_shm(ShmGroup& g, const void* in, void* out, std::span<const std:
 void reduce_scatter_shm(ShmGroup& g, const void* in, void* out, std::size_t count, DataType t, ReduceOp op,
                         const ShmWait& w);
 
-// Blocks of unequal sizes laid end to end in `in` (`counts[q]` elements, none more than
-// a slot's worth needed): rank r gets block r reduced over all ranks at `out`, in rounds
-// of a piece of every block side by side in a slot (each rank copies in the others'
+// Blocks of unequal sizes laid end to end in `in` (block q `counts[q]` elements, of any
+// size): rank r gets block r reduced over all ranks at `out`, in rounds of a piece of
+// every block side by side in a slot (each rank copies in the others'
 // pieces, barrier, each reduces its own, reading its own piece from `in` unless `out` is
 // its block of `in`). avg divides by size(); at least 2 ranks.
 void reduce_scatterv_shm(ShmGroup& g, const void* in, void* out, std::span<const std::size_t> counts, DataType t,
