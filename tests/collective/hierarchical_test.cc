@@ -37,13 +37,24 @@ HostCommConfig on_hosts(const std::vector<int>& hosts, int rank, Algorithm a) {
   return c;
 }
 
+// The ranks of `hosts`, and the suffix naming them ("-3-1-2") in a run's store scope.
+int ranks_of(const std::vector<int>& hosts) {
+  int n = 0;
+  for (int h : hosts) n += h;
+  return n;
+}
+std::string layout_suffix(const std::vector<int>& hosts) {
+  std::string s;
+  for (int h : hosts) s.append(1, '-').append(std::to_string(h));
+  return s;
+}
+
 TEST(Hierarchical, AllreduceEveryTypeAndOpOnUnevenHosts) {
   for (std::vector<int> hosts : {std::vector{2, 2}, std::vector{2, 1}, std::vector{1, 3}, std::vector{3, 1, 2}}) {
-    int n = 0;
-    for (int h : hosts) n += h;
+    const int n = ranks_of(hosts);
     World w(n);
     std::string name = "hier";
-    for (int h : hosts) name.append(1, '-').append(std::to_string(h));
+    name += layout_suffix(hosts);
     run_ranks(w, [&](int r) { return on_hosts(hosts, r, Algorithm::hier); }, name + "/", [](int r, Communicator& c) {
       for (DataType t : kAllTypes)
         for (ReduceOp op : kAllOps)
@@ -62,11 +73,10 @@ TEST(Hierarchical, AllreduceEveryTypeAndOpOnUnevenHosts) {
 // rounds; and automatic above rails_above_bytes, beside the leaders' form below it.
 TEST(Hierarchical, AllreduceInRailsOnEvenHosts) {
   for (std::vector<int> hosts : {std::vector{2, 2}, std::vector{3, 3}, std::vector{2, 2, 2}}) {
-    int n = 0;
-    for (int h : hosts) n += h;
+    const int n = ranks_of(hosts);
     World w(n);
     std::string name = "rails";
-    for (int h : hosts) name.append(1, '-').append(std::to_string(h));
+    name += layout_suffix(hosts);
     run_ranks(w, [&](int r) { return on_hosts(hosts, r, Algorithm::rails); }, name + "/", [](int r, Communicator& c) {
       for (DataType t : kAllTypes)
         for (ReduceOp op : kAllOps)
@@ -96,12 +106,11 @@ TEST(Hierarchical, AllgatherOnUnevenHosts) {
   for (std::vector<int> hosts :
        {std::vector{2, 2}, std::vector{2, 1}, std::vector{1, 3}, std::vector{3, 1, 2}, std::vector{1}})
     for (Algorithm a : {Algorithm::hier, Algorithm::automatic}) {
-      int n = 0;
-      for (int h : hosts) n += h;
+      const int n = ranks_of(hosts);
       World w(n);
       std::string name = "ag-";
       name += name_of(a);
-      for (int h : hosts) name.append(1, '-').append(std::to_string(h));
+      name += layout_suffix(hosts);
       run_ranks(w, [&](int r) { return on_hosts(hosts, r, a); }, name + "/", [](int r, Communicator& c) {
         for (std::size_t count : {0u, 1u, 1023u, 5000u})
           for (bool in_place : {false, true}) allgather_case(c, r, count, in_place);
@@ -131,12 +140,11 @@ TEST(Hierarchical, ReduceScatterOnUnevenHosts) {
   for (std::vector<int> hosts : {std::vector{2, 2}, std::vector{3, 3}, std::vector{2, 2, 2}, std::vector{3, 1, 2},
                                  std::vector{1, 3}, std::vector{2, 1}})
     for (Algorithm a : {Algorithm::hier, Algorithm::automatic}) {
-      int n = 0;
-      for (int h : hosts) n += h;
+      const int n = ranks_of(hosts);
       World w(n);
       std::string name = "rs-";
       name += name_of(a);
-      for (int h : hosts) name.append(1, '-').append(std::to_string(h));
+      name += layout_suffix(hosts);
       run_ranks(w, [&](int r) { return on_hosts(hosts, r, a); }, name + "/", [&](int r, Communicator& c) {
         for (DataType t : kAllTypes)
           for (ReduceOp op : kAllOps)
@@ -159,7 +167,7 @@ TEST(Hierarchical, AutomaticReduceScatterOnAnyHosts) {
     std::vector<std::string> heard;
     std::mutex mu;
     std::string name = "rs-tuned";
-    for (int h : hosts) name.append(1, '-').append(std::to_string(h));
+    name += layout_suffix(hosts);
     run_ranks(w, [&](int r) {
       HostCommConfig c = on_hosts(hosts, r, Algorithm::automatic);
       c.tune = true;
@@ -213,11 +221,10 @@ TEST(Hierarchical, ASharedMemoryTimeoutNamesTheJobRank) {
 // it, and where every host runs one rank no hierarchy and no error.
 TEST(Hierarchical, AutomaticUpToItsLimitWhereHostsHoldSeveralRanks) {
   for (std::vector<int> hosts : {std::vector{2, 2}, std::vector{3, 1, 2}, std::vector{1, 1, 1}}) {
-    int n = 0;
-    for (int h : hosts) n += h;
+    const int n = ranks_of(hosts);
     World w(n);
     std::string name = "auto";
-    for (int h : hosts) name.append(1, '-').append(std::to_string(h));
+    name += layout_suffix(hosts);
     run_ranks(w, [&](int r) {
       HostCommConfig c = on_hosts(hosts, r, Algorithm::automatic);
       c.hier_max_bytes = 64 * 1024;
