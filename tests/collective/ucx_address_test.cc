@@ -75,6 +75,44 @@ TEST(UcxAddress, NetworkOnlyForAnotherNetworkNamespaceOfThisMachine) {
   EXPECT_EQ(peer.for_sender_at({"boot-b", 100}), peer.full);
 }
 
+// Where only TCP joins the hosts, every message goes eager (RNDV_THRESH=inf); a list
+// that may name an RDMA transport, or an exclusion list, keeps the rendezvous.
+TEST(UcxAddress, TcpOnlyWithoutRdmaDevicesOrWhereUcxTlsNamesNoRdmaTransport) {
+  EXPECT_TRUE(network_is_tcp_only(nullptr, false));
+  EXPECT_TRUE(network_is_tcp_only("rc,ud", false));  // no device: UCX has nothing but TCP
+  EXPECT_FALSE(network_is_tcp_only(nullptr, true));
+  EXPECT_FALSE(network_is_tcp_only("", true));
+  EXPECT_TRUE(network_is_tcp_only("tcp", true));
+  EXPECT_TRUE(network_is_tcp_only("tcp,self", true));
+  EXPECT_TRUE(network_is_tcp_only("sm,tcp,cuda_copy,cuda_ipc", true));
+  EXPECT_FALSE(network_is_tcp_only("rc,tcp", true));
+  EXPECT_FALSE(network_is_tcp_only("tcp,ud_x", true));
+  EXPECT_FALSE(network_is_tcp_only("all", true));
+  EXPECT_FALSE(network_is_tcp_only("^rc", true));
+  EXPECT_FALSE(network_is_tcp_only("tcp,", true));  // an empty name is not one we know
+  EXPECT_FALSE(network_is_tcp_only("tcpx", true));
+}
+
+// The transport runs with it: eager at every size across hosts joined by TCP alone, the
+// 256 KiB switch on one host; the user's UCX_RNDV_THRESH over either.
+TEST(UcxAddress, TheTransportSendsEverythingEagerAcrossHostsJoinedByTcp) {
+  auto threshold = [](int local_size) {
+    UcxTransport::Options o;
+    o.size = 2;
+    o.local_size = local_size;
+    o.scope = "rndv" + std::to_string(local_size) + "/";
+    return UcxTransport(o, std::make_shared<MemoryStore>(), std::make_shared<AbortSignal>()).rendezvous_threshold();
+  };
+  const char* before = std::getenv("UCX_RNDV_THRESH");
+  ASSERT_EQ(before, nullptr) << "the test sets UCX_RNDV_THRESH itself";
+  const bool tcp = network_is_tcp_only(std::getenv("UCX_TLS"), has_rdma_devices());
+  EXPECT_EQ(threshold(1), tcp ? "inf" : "256K");
+  EXPECT_EQ(threshold(2), "256K");
+  ::setenv("UCX_RNDV_THRESH", "64K", 1);
+  EXPECT_EQ(threshold(1), "64K");
+  ::unsetenv("UCX_RNDV_THRESH");
+}
+
 TEST(UcxAddress, LocalityIsBootIdAndNetworkNamespace) {
   std::ifstream f("/proc/sys/kernel/random/boot_id");
   std::string boot;

@@ -4,7 +4,10 @@
 
 #include <sys/stat.h>
 
+#include <filesystem>
 #include <fstream>
+#include <set>
+#include <string_view>
 
 namespace elasticrun::collective {
 namespace {
@@ -59,6 +62,28 @@ class Reader {
 constexpr std::uint64_t kVersion = 1;
 
 }  // namespace
+
+bool network_is_tcp_only(const char* tls, bool rdma_devices) {
+  if (!rdma_devices) return true;
+  if (tls == nullptr || *tls == '\0' || *tls == '^') return false;
+  // The transports that stay within a machine, and tcp.
+  static const std::set<std::string_view> kNotRdma = {
+      "tcp",  "self",      "sm",       "shm",      "posix", "sysv",      "cma",      "knem",     "xpmem",
+      "cuda", "cuda_copy", "cuda_ipc", "gdr_copy", "rocm",  "rocm_copy", "rocm_ipc", "rocm_gdr"};
+  std::string_view rest(tls);
+  for (;;) {
+    const std::size_t comma = rest.find(',');
+    if (!kNotRdma.contains(rest.substr(0, comma))) return false;
+    if (comma == std::string_view::npos) return true;
+    rest.remove_prefix(comma + 1);
+  }
+}
+
+bool has_rdma_devices() {
+  std::error_code ec;
+  std::filesystem::directory_iterator it("/sys/class/infiniband", ec);
+  return !ec && it != std::filesystem::directory_iterator{};
+}
 
 Locality this_locality() {
   Locality l;

@@ -26,12 +26,13 @@ ucp_tag_t wire_tag(std::uint64_t tag, int src) { return (tag << kRankBits) | sta
 }
 
 // Sets UCX option `name` (no UCX_ prefix) on `cfg`, unless the user set UCX_<name>:
-// an explicit environment setting always wins over our defaults.
-void tune(ucp_config_t* cfg, const char* name, const std::string& value) {
+// an explicit environment setting always wins over our defaults. Returns the value in force.
+std::string tune(ucp_config_t* cfg, const char* name, const std::string& value) {
   std::string env = std::string("UCX_") + name;
-  if (std::getenv(env.c_str())) return;
+  if (const char* theirs = std::getenv(env.c_str())) return theirs;
   ucs_status_t st = ucp_config_modify(cfg, name, value.c_str());
   if (st != UCS_OK) throw_ucs("ucp_config_modify " + env + "=" + value, st);
+  return value;
 }
 
 // Owns a ucp_config_t for the duration of ucp_init.
@@ -50,13 +51,18 @@ UcxTransport::UcxTransport(const Options& opts, std::shared_ptr<Store> store, st
   ConfigGuard config;
   ucs_status_t st = ucp_config_read(nullptr, nullptr, &config.cfg);
   if (st != UCS_OK) throw_ucs("ucp_config_read", st);
-  // Eager (copy through the shared-memory FIFO) below 256 KiB instead of UCX's
-  // automatic switch to rendezvous at ~8-16 KiB: a rendezvous costs a handshake
-  // and a process_vm_readv with page pinning per message, and with oversubscribed
-  // ranks every handshake waits for the peer to be scheduled. Measured (bench/RESULTS.md):
-  // 4 ranks 64 KiB-2 MiB 1.1-2x faster; 2 ranks 64-128 KiB 1.3-1.7x. Ring chunks of
-  // 256 KiB (large messages) still use the single-copy rendezvous, which wins there.
-  tune(config.cfg, "RNDV_THRESH", "256K");
+  // On one host, or where RDMA may carry messages between hosts: eager (copy through the
+  // shared-memory FIFO) below 256 KiB instead of UCX's automatic switch to rendezvous
+  // at ~8-16 KiB: a rendezvous costs a handshake and a process_vm_readv with page
+  // pinning per message, and with oversubscribed ranks every handshake waits for the
+  // peer to be scheduled. Measured (bench/RESULTS.md): 4 ranks 64 KiB-2 MiB 1.1-2x
+  // faster; 2 ranks 64-128 KiB 1.3-1.7x. Ring chunks of 256 KiB (large messages) still
+  // use the single-copy rendezvous, which wins there. Across hosts over TCP alone, every
+  // message eager (host/ucx_address.h).
+  const bool across_hosts = opts_.local_size < opts_.size;
+  rendezvous_threshold_ =
+      tune(config.cfg, "RNDV_THRESH",
+           across_hosts && network_is_tcp_only(std::getenv("UCX_TLS"), has_rdma_devices()) ? "inf" : "256K");
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED |
                       UCP_PARAM_FIELD_ESTIMATED_NUM_EPS | UCP_PARAM_FIELD_ESTIMATED_NUM_PPN |

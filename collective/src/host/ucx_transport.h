@@ -20,7 +20,8 @@
 // sched_yield() window of 3 ms, which keeps latency low inside an active collective).
 //
 // Defaults we set on the UCX configuration (each only when the user has not set the
-// UCX_ variable): RNDV_THRESH=256K, so messages below a ring chunk go eager.
+// UCX_ variable): RNDV_THRESH=256K, so messages below a ring chunk go eager; where the
+// ranks span hosts and only TCP joins them (host/ucx_address.h), RNDV_THRESH=inf.
 #pragma once
 
 #include "control/abort_signal.h"
@@ -68,6 +69,8 @@ class UcxTransport final : public Transport {
 
   bool sleeps() const override { return opts_.blocking; }
   void sleep_at_once(bool yes) override { sleep_at_once_ = yes; }
+  // UCX_RNDV_THRESH as this transport's context runs it: the user's, or ours.
+  const std::string& rendezvous_threshold() const { return rendezvous_threshold_; }
   void progress() override;
 
  private:
@@ -110,6 +113,7 @@ class UcxTransport final : public Transport {
   // buffers their callers may have restored or freed.
   bool stale_ = false;
   bool sleep_at_once_ = false;         // blocking: skip the yield window (sleep_at_once())
+  std::string rendezvous_threshold_;
 };
 
 }  // namespace elasticrun::collective
