@@ -127,8 +127,13 @@ struct HostCommConfig {
   // 500 us links at 256 KiB the ring's 14 exchanges took 16 ms, rhd 10-11, two-shot 7;
   // on unshaped links rhd took 0.5-0.9x the ring's time at 256 KiB-1 MiB; behind
   // 200 Mbit/s links the ring and two-shot were level and rhd 1.3x slower at 256 KiB.
-  // Above it every candidate is bound by the bytes, and each trial call costs more.
-  std::size_t ring_tuned_max = 1024 * 1024;
+  // Up to 64 MiB (a DDP bucket of 25 MiB, Horovod's 64 MiB fusion buffer): with every
+  // message eager over TCP (host/ucx_address.h), behind 500 us links among 8 hosts the
+  // ring with the default wait took 1.5-2x the others' time at 2-4 MiB, where halving-
+  // doubling or two-shot with waits that sleep at once won; behind 200 Mbit/s links the
+  // ring stays ahead (rhd 1.4-1.5x its time at 2-16 MiB). Above it latency weighs less
+  // against the bytes and each trial call costs more: the ring runs untuned.
+  std::size_t ring_tuned_max = 64 * 1024 * 1024;
   std::size_t direct_broadcast_max_bytes = 2 * 1024 * 1024;
   int direct_max_ranks = 16;
   std::size_t chain_min_bytes = 128 * 1024;  // automatic broadcast: the chain above this size
