@@ -1,5 +1,6 @@
 // The tuner's state machine (host/tuner.h): which candidate each call of a size class
 // runs, when the ranks must agree, and what they then decide. Pure: no ranks, no clock.
+#include "host/host_communicator.h"
 #include "host/tuner.h"
 
 #include <gtest/gtest.h>
@@ -241,6 +242,16 @@ TEST(Tuner, DirectJoinsAClassWithinItsLimits) {
   EXPECT_FALSE(Tuner::direct_fits(2, 8, 16, kMax));              // direct is rd among 2
   EXPECT_TRUE(Tuner::direct_fits(16, 8, 16, kMax));
   EXPECT_FALSE(Tuner::direct_fits(17, 8, 16, kMax));
+}
+
+// The communicator's own limit: among 8 ranks direct up to 32 KiB (7 copies of it, 224
+// KiB), and two-shot from 64 KiB; among 4 direct up to 64 KiB.
+TEST(Tuner, DirectsDefaultLimit) {
+  const HostCommConfig cfg;
+  EXPECT_TRUE(Tuner::direct_fits(8, 32 * 1024, cfg.direct_max_ranks, cfg.direct_max_bytes));
+  EXPECT_FALSE(Tuner::direct_fits(8, 32 * 1024 + 1, cfg.direct_max_ranks, cfg.direct_max_bytes));
+  EXPECT_TRUE(Tuner::direct_fits(4, 64 * 1024, cfg.direct_max_ranks, cfg.direct_max_bytes));
+  EXPECT_FALSE(Tuner::direct_fits(4, 64 * 1024 + 1, cfg.direct_max_ranks, cfg.direct_max_bytes));
 }
 
 // Each allreduce class's candidates by name, fixed choice first.

@@ -114,7 +114,11 @@ struct HostCommConfig {
   // A broadcast's direct sends its n-1 copies from the root alone, not from every rank: it
   // is tried up to direct_broadcast_max_bytes of them (8 ranks: up to 256 KiB, where behind
   // 1 ms links the chain's 7 hops took 2x Open MPI's root sending to all).
-  std::size_t direct_max_bytes = 512 * 1024;
+  // 256 KiB: on 8 ranks the allreduce's direct up to 32 KiB, two-shot (2(n-1)/n of the
+  // vector in two exchanges) from 64 KiB; among 8 hosts behind 500 us links, at 64 KiB
+  // direct's 448 KiB a rank took 5.9 ms in the tuner's trials; the calls after them 3.4-
+  // 4.7 ms with two-shot, 4.8-5.0 with rd, chosen before (bench/RESULTS.md, session 36).
+  std::size_t direct_max_bytes = 256 * 1024;
   // Recursive halving-doubling is also tried in rd's classes (below rd_max) whose calls are
   // all larger than this and hold an element per rank (Tuner::allreduce_candidates): rd
   // sends the whole vector log2(n) times, rhd twice its size in 2 log2(n) rounds. Among 8
