@@ -1,7 +1,7 @@
 // The hierarchical collectives, on ranks laid out as on several "hosts" (each rank a
 // thread, each "host" a shared-memory group among them): the allreduce in the leaders'
-// form and in rails, the allgather and the reduce-scatter, on even and uneven hosts,
-// forced and automatic, and their refusals.
+// form and in rails, the allgather, the broadcast and the reduce-scatter, on even and
+// uneven hosts, forced and automatic, and their refusals.
 #include "collective_cases.h"
 
 #include "host/tuner.h"
@@ -128,6 +128,35 @@ TEST(Hierarchical, AllgatherOnUnevenHosts) {
         EXPECT_NO_THROW(w.store->get(name + "/hier/" + std::to_string(base),
                                      Clock::now() + std::chrono::milliseconds(10))) << name;
       }
+    }
+}
+
+// The hierarchical broadcast (the root's host through shared memory, the leaders over UCX
+// from the root's host, the other hosts through shared memory), forced and automatic, from
+// every root (a leader, a host's later rank, a rank alone on its host), empty, small, and
+// in many 4 KiB rounds. Automatic went hierarchical: the first host of several ranks made
+// its segment (no other collective ran).
+TEST(Hierarchical, BroadcastFromEveryRootOnUnevenHosts) {
+  for (std::vector<int> hosts : {std::vector{2, 2}, std::vector{2, 1}, std::vector{1, 3}, std::vector{3, 1, 2}})
+    for (Algorithm a : {Algorithm::hier, Algorithm::automatic}) {
+      const int n = ranks_of(hosts);
+      World w(n);
+      std::string name = "bc-";
+      name += name_of(a);
+      name += layout_suffix(hosts);
+      run_ranks(w, [&](int r) { return on_hosts(hosts, r, a); }, name + "/", [](int r, Communicator& c) {
+        for (std::size_t count : {0u, 1u, 1023u, 70001u})
+          for (int root = 0; root < c.size(); ++root) {
+            Buf want = input(DataType::f32, ReduceOp::sum, root, count);
+            Buf buf = r == root ? want : Buf(want.size(), 0x5A);
+            c.broadcast(buf.data(), count, DataType::f32, root);
+            CHECK_SAME(buf, want, 4, ctx("broadcast", r, DataType::f32, ReduceOp::sum, count, true) + " root " +
+                                         std::to_string(root));
+          }
+      });
+      const int base = hosts[0] > 1 ? 0 : 1;  // every layout here has a host of several ranks first or second
+      EXPECT_NO_THROW(w.store->get(name + "/hier/" + std::to_string(base), Clock::now() + std::chrono::milliseconds(10)))
+          << name;
     }
 }
 
@@ -287,25 +316,27 @@ TEST(Hierarchical, RailsRefusedOnUnevenHosts) {
   EXPECT_EQ(refused, 6);
 }
 
-// Forced hier where it cannot apply says why, on every rank.
+// Forced hier where it cannot apply says why, on every rank, for an allreduce and a broadcast.
 TEST(Hierarchical, RefusedWhereThereIsNoHierarchy) {
-  for (std::vector<int> hosts : {std::vector{3}, std::vector{1, 1, 1}}) {
-    World w(3);
-    std::atomic<int> refused{0};
-    run_ranks(w, [&](int r) { return on_hosts(hosts, r, Algorithm::hier); }, "hier-no/", [&](int r, Communicator& c) {
-      int x = r;
-      try {
-        c.allreduce(&x, &x, 1, DataType::i32, ReduceOp::sum);
-      } catch (const Error& e) {
-        std::string what = e.what();
-        EXPECT_NE(what.find(hosts.size() == 1 ? "every rank is on one host" : "every host runs one rank"),
-                  std::string::npos)
-            << what;
-        ++refused;
-      }
-    });
-    EXPECT_EQ(refused, 3);
-  }
+  for (std::vector<int> hosts : {std::vector{3}, std::vector{1, 1, 1}})
+    for (bool broadcast : {false, true}) {
+      World w(3);
+      std::atomic<int> refused{0};
+      run_ranks(w, [&](int r) { return on_hosts(hosts, r, Algorithm::hier); }, "hier-no/", [&](int r, Communicator& c) {
+        int x = r;
+        try {
+          if (broadcast) c.broadcast(&x, 1, DataType::i32, 0);
+          else c.allreduce(&x, &x, 1, DataType::i32, ReduceOp::sum);
+        } catch (const Error& e) {
+          std::string what = e.what();
+          EXPECT_NE(what.find(hosts.size() == 1 ? "every rank is on one host" : "every host runs one rank"),
+                    std::string::npos)
+              << what;
+          ++refused;
+        }
+      });
+      EXPECT_EQ(refused, 3);
+    }
 }
 
 }  // namespace

@@ -67,6 +67,15 @@ void allreduce_hier(const HierAllreduce& h, const void* in, void* out, std::size
   if (h.host) broadcast_shm(*h.host, dst, count * e, 0, w);
 }
 
+void broadcast_hier(const HierBroadcast& h, void* buf, std::size_t bytes, const ShmWait& w) {
+  // A root that is not its host's leader hands the data to its host first; a leader root
+  // sends at once, and its host's ranks take the data with every other host's.
+  const bool hand_first = h.host && h.root_host && h.local_root != 0;
+  if (hand_first) broadcast_shm(*h.host, buf, bytes, h.local_root, w);
+  if (h.leader && h.across) h.across(buf, bytes);
+  if (h.host && !hand_first) broadcast_shm(*h.host, buf, bytes, 0, w);
+}
+
 void allreduce_rails(const HierRails& h, const void* in, void* out, std::size_t count, DataType t, ReduceOp op,
                      const ShmWait& w) {
   ShmGroup& g = *h.host;

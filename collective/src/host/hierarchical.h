@@ -4,7 +4,7 @@
 // one rank per host sends, so the network carries 1/local_size of what a flat ring
 // over every rank would make it carry, and messages between ranks of one host
 // never go through UCX. The reduce-scatter works the same way, with a reduce-scatter
-// among the leaders, and the allgather with an allgather.
+// among the leaders, the allgather with an allgather, and the broadcast with a broadcast.
 #pragma once
 
 #include "host/algorithms.h"
@@ -75,6 +75,21 @@ struct HierAllgather {
 
 void allgather_hier(const HierAllgather& h, const void* in, void* out, std::span<const std::size_t> counts,
                     std::size_t elem, const ShmWait& w);
+
+// The broadcast in two levels, on any hosts (the ranks laid out host by host): a root
+// that is not its host's leader hands the data to its host's ranks through shared memory,
+// the leaders broadcast it among themselves from the root's host (one copy into each
+// host), and each leader hands it to its host's ranks that lack it through shared memory.
+struct HierBroadcast {
+  ShmGroup* host = nullptr;  // null when this rank is alone on its host
+  bool leader = false;
+  bool root_host = false;    // this rank's host holds the root
+  int local_root = 0;        // the root's place among its host's ranks (where root_host)
+  // Leaders only: broadcasts `bytes` at `buf` among the leaders from the root's host's.
+  std::function<void(void* buf, std::size_t bytes)> across;
+};
+
+void broadcast_hier(const HierBroadcast& h, void* buf, std::size_t bytes, const ShmWait& w);
 
 // The reduce-scatter in two levels, on any hosts (the ranks laid out host by host, so that
 // host i's blocks are consecutive: its L_i ranks' blocks, from its first rank's on). First

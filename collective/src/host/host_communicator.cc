@@ -125,6 +125,8 @@ class HostCommunicator final : public elasticrun::Communicator {
       const Algorithm a = algorithm();
       ShmGroup* g = bytes >= cfg_.shm_broadcast_min_bytes || a == Algorithm::shm ? shm(st, a) : nullptr;
       if (g) return broadcast_shm(*g, buf, bytes, root, shm_wait(st));
+      if (Hierarchy* h = hierarchy(st, a)) return broadcast_hierarchical(*h, st, buf, bytes, root);
+      if (forced_hier(a)) throw Error(forced_but("broadcast", a) + hier_unavailable_);
       broadcast_flat(st, flat(tuner_), a, buf, bytes, root);
     });
   }
@@ -328,6 +330,19 @@ class HostCommunicator final : public elasticrun::Communicator {
         allgatherv_flat(sub, flat(h.tuner), Algorithm::automatic, part, all, parts, elem);
       };
     allgather_hier(ha, in, out, counts, elem, shm_wait(st));
+  }
+
+  void broadcast_hierarchical(Hierarchy& h, Step& st, void* buf, std::size_t bytes, int root) {
+    const std::uint64_t across = seq_++;  // every rank reserves the leaders' sequence number
+    int first = 0, host = 0;  // the root's host: its first rank and its place among the hosts
+    while (first + h.hosts[host] <= root) first += h.hosts[host++];
+    HierBroadcast hb{h.host.get(), h.leader, host == h.index, root - first, {}};
+    if (h.leader)
+      hb.across = [&](void* data, std::size_t n) {
+        Step sub{*h.leaders, st.deadline, across, ws_, segment_, cfg_.window, st.what};
+        broadcast_flat(sub, flat(h.tuner), Algorithm::automatic, data, n, host);
+      };
+    broadcast_hier(hb, buf, bytes, shm_wait(st));
   }
 
   // Why the reduce-scatter cannot be hierarchical on `h` (empty: it can; the same everywhere).
