@@ -1,5 +1,5 @@
 // What the collective tests share: a configuration by algorithm, the check of a result
-// against the local reference (test_data.h), and one allreduce, allgather or
+// against the local reference (test_data.h), and one allreduce, allgather, broadcast or
 // reduce-scatter checked end to end.
 #pragma once
 
@@ -89,6 +89,15 @@ inline void allgatherv_case(Communicator& c, int r, std::span<const std::size_t>
   Buf in = input(DataType::i32, ReduceOp::sum, r, counts[r]), out(want.size());
   c.allgatherv(in.data(), out.data(), counts, DataType::i32);
   CHECK_SAME(out, want, 4, ctx("allgatherv", r, DataType::i32, ReduceOp::sum, counts[r], false));
+}
+
+// Rank root's `count` f32s broadcast (every other rank's buffer filled with other bytes first).
+inline void broadcast_root_case(Communicator& c, int r, std::size_t count, int root) {
+  Buf want = input(DataType::f32, ReduceOp::sum, root, count);
+  Buf buf = r == root ? want : Buf(want.size(), 0x5A);
+  c.broadcast(buf.data(), count, DataType::f32, root);
+  CHECK_SAME(buf, want, 4, ctx("broadcast", r, DataType::f32, ReduceOp::sum, count, true) + " root " +
+                               std::to_string(root));
 }
 
 // Block r of the ranks' size() x count inputs, reduced (in place: into this rank's own

@@ -85,13 +85,7 @@ TEST_P(Collectives, Broadcast) {
     run_ranks(w, p.cfg, "bc/" + p.name, [](int r, Communicator& c) {
     // 5001 floats: the scatter-allgather across hosts (blocks that do not divide it).
     for (std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{1023}, std::size_t{5001}, kLarge})
-      for (int root = 0; root < c.size(); ++root) {
-        Buf want = input(DataType::f32, ReduceOp::sum, root, count);
-        Buf buf = r == root ? want : Buf(want.size(), 0x5A);
-        c.broadcast(buf.data(), count, DataType::f32, root);
-        CHECK_SAME(buf, want, 4, ctx("broadcast", r, DataType::f32, ReduceOp::sum, count, true) + " root " +
-                                     std::to_string(root));
-      }
+      for (int root = 0; root < c.size(); ++root) broadcast_root_case(c, r, count, root);
   });
 }
 

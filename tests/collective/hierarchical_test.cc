@@ -48,6 +48,10 @@ std::string layout_suffix(const std::vector<int>& hosts) {
   for (int h : hosts) s.append(1, '-').append(std::to_string(h));
   return s;
 }
+// A run's name: `what`, the algorithm's and the layout's ("ag-hier/-3-1-2").
+std::string run_name(const char* what, Algorithm a, const std::vector<int>& hosts) {
+  return what + std::string(name_of(a)) + layout_suffix(hosts);
+}
 
 TEST(Hierarchical, AllreduceEveryTypeAndOpOnUnevenHosts) {
   for (std::vector<int> hosts : {std::vector{2, 2}, std::vector{2, 1}, std::vector{1, 3}, std::vector{3, 1, 2}}) {
@@ -108,9 +112,7 @@ TEST(Hierarchical, AllgatherOnUnevenHosts) {
     for (Algorithm a : {Algorithm::hier, Algorithm::automatic}) {
       const int n = ranks_of(hosts);
       World w(n);
-      std::string name = "ag-";
-      name += name_of(a);
-      name += layout_suffix(hosts);
+      const std::string name = run_name("ag-", a, hosts);
       run_ranks(w, [&](int r) { return on_hosts(hosts, r, a); }, name + "/", [](int r, Communicator& c) {
         for (std::size_t count : {0u, 1u, 1023u, 5000u})
           for (bool in_place : {false, true}) allgather_case(c, r, count, in_place);
@@ -141,18 +143,10 @@ TEST(Hierarchical, BroadcastFromEveryRootOnUnevenHosts) {
     for (Algorithm a : {Algorithm::hier, Algorithm::automatic}) {
       const int n = ranks_of(hosts);
       World w(n);
-      std::string name = "bc-";
-      name += name_of(a);
-      name += layout_suffix(hosts);
+      const std::string name = run_name("bc-", a, hosts);
       run_ranks(w, [&](int r) { return on_hosts(hosts, r, a); }, name + "/", [](int r, Communicator& c) {
         for (std::size_t count : {0u, 1u, 1023u, 70001u})
-          for (int root = 0; root < c.size(); ++root) {
-            Buf want = input(DataType::f32, ReduceOp::sum, root, count);
-            Buf buf = r == root ? want : Buf(want.size(), 0x5A);
-            c.broadcast(buf.data(), count, DataType::f32, root);
-            CHECK_SAME(buf, want, 4, ctx("broadcast", r, DataType::f32, ReduceOp::sum, count, true) + " root " +
-                                         std::to_string(root));
-          }
+          for (int root = 0; root < c.size(); ++root) broadcast_root_case(c, r, count, root);
       });
       const int base = hosts[0] > 1 ? 0 : 1;  // every layout here has a host of several ranks first or second
       EXPECT_NO_THROW(w.store->get(name + "/hier/" + std::to_string(base), Clock::now() + std::chrono::milliseconds(10)))
@@ -171,9 +165,7 @@ TEST(Hierarchical, ReduceScatterOnUnevenHosts) {
     for (Algorithm a : {Algorithm::hier, Algorithm::automatic}) {
       const int n = ranks_of(hosts);
       World w(n);
-      std::string name = "rs-";
-      name += name_of(a);
-      name += layout_suffix(hosts);
+      const std::string name = run_name("rs-", a, hosts);
       run_ranks(w, [&](int r) { return on_hosts(hosts, r, a); }, name + "/", [&](int r, Communicator& c) {
         for (DataType t : kAllTypes)
           for (ReduceOp op : kAllOps)
