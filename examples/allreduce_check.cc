@@ -12,8 +12,9 @@
 // (ring, recursive doubling and halving-doubling, direct, shared memory when all ranks
 // share this host, and the hierarchical one when some host runs several ranks but not
 // all), and the other collectives over UCX, over shared memory (all ranks on this host)
-// or hierarchically (some host runs several ranks: the allgather(v) and reduce_scatter
-// through each host's shared memory and one rank per host, on hosts of any sizes), and
+// or hierarchically (some host runs several ranks: the allgather(v), reduce_scatter and
+// broadcast through each host's shared memory and one rank per host, on hosts of any
+// sizes), and
 // the direct broadcast, are exercised by switching ELASTICRUN_ALGORITHM, which the
 // library reads per call.
 // Prints "allreduce_check: OK (N checks)" and exits 0, or the first mismatch and exits 1.
