@@ -85,7 +85,7 @@ struct HierBroadcast {
   bool leader = false;
   bool root_host = false;    // this rank's host holds the root
   int local_root = 0;        // the root's place among its host's ranks (where root_host)
-  // Leaders only: broadcasts `bytes` at `buf` among the leaders from the root's host's.
+  // Leaders only: broadcasts `bytes` at `buf` among the leaders from the root host's leader.
   std::function<void(void* buf, std::size_t bytes)> across;
 };
 

@@ -246,6 +246,7 @@ class HostCommunicator final : public elasticrun::Communicator {
   }
   Hierarchy* hierarchy(Step& st) {
     if (hier_) return hier_.get();
+    if (hier_unavailable_.empty() && local_size() == cfg_.size) hier_unavailable_ = "every rank is on one host";
     if (!hier_unavailable_.empty()) return nullptr;
     // Where every rank is: each one's (local_rank, local_size), gathered over UCX.
     const int n = cfg_.size;
