@@ -34,6 +34,26 @@ HostCommConfig across_hosts(std::optional<Progress> progress, std::function<void
   return c;
 }
 
+// Each rank's tuner decisions in the order it made them, as its on_tuned heard them.
+struct Heard {
+  explicit Heard(int ranks) : lines(static_cast<std::size_t>(ranks)) {}
+  // Where rank r's communicator tells its decisions.
+  std::function<void(const std::string&)> to(int r) {
+    return [this, r](const std::string& text) {
+      std::lock_guard lock(mu);
+      lines[static_cast<std::size_t>(r)].push_back(text);
+    };
+  }
+  // Rank r's decisions, each cut at its first `end` (the class, not the times).
+  std::vector<std::string> heads(int r, const char* end) const {
+    std::vector<std::string> out;
+    for (const std::string& text : lines[static_cast<std::size_t>(r)]) out.push_back(text.substr(0, text.find(end)));
+    return out;
+  }
+  std::vector<std::vector<std::string>> lines;
+  std::mutex mu;
+};
+
 // A broadcast of `count` floats from call % size, checked on every rank.
 void broadcast_case(Communicator& c, int r, std::size_t count, int call) {
   std::vector<float> want(count), buf(count);
@@ -58,15 +78,8 @@ void broadcast_case(Communicator& c, int r, std::size_t count, int call) {
 // ring tune; among 3 the binomial tree is the direct broadcast.
 TEST_P(Tuned, ChoicesAreCorrectAndTheSameOnEveryRank) {
   World w(GetParam());
-  std::vector<std::vector<std::string>> heard(w.size), heard_text(w.size);
-  std::mutex mu;
-  auto cfg_of = [&](int r) {
-    return across_hosts(std::nullopt, [&, r](const std::string& text) {
-      std::lock_guard lock(mu);
-      heard[r].push_back(text.substr(0, text.find(':')));  // the class, not the times
-      heard_text[r].push_back(text);
-    });
-  };
+  Heard heard(w.size);
+  auto cfg_of = [&](int r) { return across_hosts(std::nullopt, heard.to(r)); };
   constexpr int kCalls = Tuner::most_calls(Tuner::kMaxAlgorithms) + 2;
   run_ranks(w, cfg_of, "tuned/", [](int r, Communicator& c) {
     for (int call = 0; call < kCalls; ++call) {
@@ -78,36 +91,36 @@ TEST_P(Tuned, ChoicesAreCorrectAndTheSameOnEveryRank) {
   // Among 3 the binomial tree is direct: the small broadcast class has nothing to try.
   const std::size_t classes = w.size == 1 ? 0 : w.size == 2 ? 4 : w.size == 3 ? 7 : 8;
   for (int r = 0; r < w.size; ++r) {
-    EXPECT_EQ(heard[r].size(), classes) << "rank " << r;
-    EXPECT_EQ(heard[r], heard[0]) << "rank " << r;
+    EXPECT_EQ(heard.lines[r].size(), classes) << "rank " << r;
+    EXPECT_EQ(heard.heads(r, ":"), heard.heads(0, ":")) << "rank " << r;
   }
   // Each class names its candidates: rd and direct up to 512 bytes, all three above.
   if (w.size > 2) {
     auto said = [&](const std::string& start, const std::string& names) {
-      for (const std::string& h : heard_text[0])
+      for (const std::string& h : heard.lines[0])
         if (h.rfind(start, 0) == 0) return h.find(names) != std::string::npos;
       return false;
     };
-    EXPECT_TRUE(said("allreduce of 257-512 ", ": rd ")) << heard_text[0].front();
-    EXPECT_TRUE(said("allreduce of 257-512 ", " us, direct ")) << heard_text[0].front();
-    EXPECT_FALSE(said("allreduce of 257-512 ", " us, rhd ")) << heard_text[0].front();
-    EXPECT_TRUE(said("allreduce of 2049-4096 ", ": rd ")) << heard_text[0].front();
-    EXPECT_TRUE(said("allreduce of 2049-4096 ", " us, rhd ")) << heard_text[0].front();
-    EXPECT_TRUE(said("allreduce of 2049-4096 ", " us, direct ")) << heard_text[0].front();
-    EXPECT_TRUE(said("allreduce of 8193-16384 ", ": rhd ")) << heard_text[0].front();
-    EXPECT_TRUE(said("allreduce of 8193-16384 ", " us, rd ")) << heard_text[0].front();
-    EXPECT_TRUE(said("allreduce of 8193-16384 ", " us, direct ")) << heard_text[0].front();
-    EXPECT_TRUE(said("allreduce of 131073-262144 ", ": ring ")) << heard_text[0].front();
-    EXPECT_TRUE(said("allreduce of 131073-262144 ", " us, rhd ")) << heard_text[0].front();
-    EXPECT_TRUE(said("allreduce of 131073-262144 ", " us, twoshot ")) << heard_text[0].front();
-    EXPECT_TRUE(said("broadcast of 16385-32768 ", ": scatter-allgather ")) << heard_text[0].front();
-    EXPECT_TRUE(said("broadcast of 16385-32768 ", " us, binomial ")) << heard_text[0].front();
-    EXPECT_EQ(said("broadcast of 16385-32768 ", " us, direct "), w.size > 3) << heard_text[0].front();
-    EXPECT_EQ(said("broadcast of 1025-2048 ", ": binomial "), w.size > 3) << heard_text[0].front();
-    EXPECT_EQ(said("broadcast of 1025-2048 ", " us, direct "), w.size > 3) << heard_text[0].front();
-    EXPECT_TRUE(said("broadcast of 32769-65536 ", ": chain ")) << heard_text[0].front();
-    EXPECT_TRUE(said("broadcast of 32769-65536 ", " us, bintree ")) << heard_text[0].front();
-    EXPECT_EQ(said("broadcast of 32769-65536 ", " us, direct "), w.size > 3) << heard_text[0].front();
+    EXPECT_TRUE(said("allreduce of 257-512 ", ": rd ")) << heard.lines[0].front();
+    EXPECT_TRUE(said("allreduce of 257-512 ", " us, direct ")) << heard.lines[0].front();
+    EXPECT_FALSE(said("allreduce of 257-512 ", " us, rhd ")) << heard.lines[0].front();
+    EXPECT_TRUE(said("allreduce of 2049-4096 ", ": rd ")) << heard.lines[0].front();
+    EXPECT_TRUE(said("allreduce of 2049-4096 ", " us, rhd ")) << heard.lines[0].front();
+    EXPECT_TRUE(said("allreduce of 2049-4096 ", " us, direct ")) << heard.lines[0].front();
+    EXPECT_TRUE(said("allreduce of 8193-16384 ", ": rhd ")) << heard.lines[0].front();
+    EXPECT_TRUE(said("allreduce of 8193-16384 ", " us, rd ")) << heard.lines[0].front();
+    EXPECT_TRUE(said("allreduce of 8193-16384 ", " us, direct ")) << heard.lines[0].front();
+    EXPECT_TRUE(said("allreduce of 131073-262144 ", ": ring ")) << heard.lines[0].front();
+    EXPECT_TRUE(said("allreduce of 131073-262144 ", " us, rhd ")) << heard.lines[0].front();
+    EXPECT_TRUE(said("allreduce of 131073-262144 ", " us, twoshot ")) << heard.lines[0].front();
+    EXPECT_TRUE(said("broadcast of 16385-32768 ", ": scatter-allgather ")) << heard.lines[0].front();
+    EXPECT_TRUE(said("broadcast of 16385-32768 ", " us, binomial ")) << heard.lines[0].front();
+    EXPECT_EQ(said("broadcast of 16385-32768 ", " us, direct "), w.size > 3) << heard.lines[0].front();
+    EXPECT_EQ(said("broadcast of 1025-2048 ", ": binomial "), w.size > 3) << heard.lines[0].front();
+    EXPECT_EQ(said("broadcast of 1025-2048 ", " us, direct "), w.size > 3) << heard.lines[0].front();
+    EXPECT_TRUE(said("broadcast of 32769-65536 ", ": chain ")) << heard.lines[0].front();
+    EXPECT_TRUE(said("broadcast of 32769-65536 ", " us, bintree ")) << heard.lines[0].front();
+    EXPECT_EQ(said("broadcast of 32769-65536 ", " us, direct "), w.size > 3) << heard.lines[0].front();
   }
 }
 
@@ -119,14 +132,8 @@ TEST_P(Tuned, ChoicesAreCorrectAndTheSameOnEveryRank) {
 TEST_P(Tuned, WhereWaitsSleepTheTunerAlsoTriesSleepingAtOnce) {
   World w(GetParam());
   if (w.size < 2) GTEST_SKIP() << "one rank tunes nothing";
-  std::vector<std::vector<std::string>> heard(w.size);
-  std::mutex mu;
-  auto cfg_of = [&](int r) {
-    return across_hosts(Progress::block, [&, r](const std::string& text) {
-      std::lock_guard lock(mu);
-      heard[r].push_back(text);
-    });
-  };
+  Heard heard(w.size);
+  auto cfg_of = [&](int r) { return across_hosts(Progress::block, heard.to(r)); };
   constexpr int kCalls = Tuner::most_calls(Tuner::kMaxCandidates) + 2;
   run_ranks(w, cfg_of, "tuned-sleep/", [](int r, Communicator& c) {
     for (int call = 0; call < kCalls; ++call) {
@@ -134,12 +141,12 @@ TEST_P(Tuned, WhereWaitsSleepTheTunerAlsoTriesSleepingAtOnce) {
       broadcast_case(c, r, 10000, call);
     }
   });
-  for (int r = 0; r < w.size; ++r) EXPECT_EQ(heard[r], heard[0]) << "rank " << r;
-  ASSERT_EQ(heard[0].size(), w.size > 2 ? 2u : 1u);
+  for (int r = 0; r < w.size; ++r) EXPECT_EQ(heard.lines[r], heard.lines[0]) << "rank " << r;
+  ASSERT_EQ(heard.lines[0].size(), w.size > 2 ? 2u : 1u);
   // The class's candidates as its decision names them: "<class>: rhd 120 us, rd 80 us, ... (median".
   auto names = [&](const std::string& cls) {
     std::string out;
-    for (const std::string& h : heard[0]) {
+    for (const std::string& h : heard.lines[0]) {
       if (h.rfind(cls, 0) != 0) continue;
       const std::string first = h.substr(0, h.find(" (median"));
       static const std::regex candidate("(?:: |, )([a-z+-]+) \\d+ us");
@@ -150,11 +157,11 @@ TEST_P(Tuned, WhereWaitsSleepTheTunerAlsoTriesSleepingAtOnce) {
   };
   EXPECT_EQ(names("allreduce of 8193-16384 "),
             w.size > 2 ? "rhd,rd,direct,rhd+sleep,rd+sleep,direct+sleep," : "rhd,rd,rhd+sleep,rd+sleep,")
-      << heard[0].front();
+      << heard.lines[0].front();
   if (w.size > 2) {
     EXPECT_EQ(names("broadcast of 32769-65536 "), w.size > 3 ? "chain,bintree,direct,chain+sleep,bintree+sleep,direct+sleep,"
                                                             : "chain,bintree,chain+sleep,bintree+sleep,")
-        << heard[0].back();
+        << heard.lines[0].back();
   }
 }
 
@@ -167,14 +174,8 @@ TEST_P(Tuned, WhereWaitsSleepTheTunerAlsoTriesSleepingAtOnce) {
 // Every call is checked, and every rank hears the same decisions in the same order.
 TEST_P(Tuned, AllgatherAndReduceScatterTryTheRingBruckHalvingAndDirect) {
   World w(GetParam());
-  std::vector<std::vector<std::string>> heard(w.size);
-  std::mutex mu;
-  auto cfg_of = [&](int r) {
-    return across_hosts(std::nullopt, [&, r](const std::string& text) {
-      std::lock_guard lock(mu);
-      heard[r].push_back(text);
-    });
-  };
+  Heard heard(w.size);
+  auto cfg_of = [&](int r) { return across_hosts(std::nullopt, heard.to(r)); };
   constexpr int kCalls = Tuner::most_calls(Tuner::kMaxCandidates) + 2;
   // 1000 i32s a rank: at most 20000 bytes (Bruck's, halving); 9000: from 108000 (the ring).
   run_ranks(w, cfg_of, "tuned-gather/", [](int r, Communicator& c) {
@@ -188,11 +189,11 @@ TEST_P(Tuned, AllgatherAndReduceScatterTryTheRingBruckHalvingAndDirect) {
       allgatherv_case(c, r, uneven);
     }
   });
-  for (int r = 0; r < w.size; ++r) EXPECT_EQ(heard[r], heard[0]) << "rank " << r;
+  for (int r = 0; r < w.size; ++r) EXPECT_EQ(heard.lines[r], heard.lines[0]) << "rank " << r;
   // Each decision's kind and candidates, "allgather: bruck,ring,direct", sorted (a class
   // whose alternative wins the first round decides a round later).
   std::vector<std::string> got;
-  for (const std::string& h : heard[0]) {
+  for (const std::string& h : heard.lines[0]) {
     std::string line = h.substr(0, h.find(' '));
     line += ':';
     const std::string first = h.substr(0, h.find(" (median"));
@@ -207,7 +208,7 @@ TEST_P(Tuned, AllgatherAndReduceScatterTryTheRingBruckHalvingAndDirect) {
                  : std::vector<std::string>{"allgather: bruck,ring,direct", "allgather: ring,bruck,direct",
                                             "allgatherv: direct,ring", "reduce_scatter: halving,ring,direct",
                                             "reduce_scatter: ring,halving,direct"};
-  EXPECT_EQ(got, want) << (heard[0].empty() ? "" : heard[0].front());
+  EXPECT_EQ(got, want) << (heard.lines[0].empty() ? "" : heard.lines[0].front());
 }
 
 // The ring's allreduce classes are tuned up to ring_tuned_max (64 MiB by default; behind
@@ -217,13 +218,9 @@ TEST_P(Tuned, AllgatherAndReduceScatterTryTheRingBruckHalvingAndDirect) {
 TEST_P(Tuned, TheRingsClassesAreTunedUpToRingTunedMax) {
   World w(GetParam());
   if (w.size < 2) GTEST_SKIP() << "one rank tunes nothing";
-  std::vector<std::vector<std::string>> heard(w.size);
-  std::mutex mu;
+  Heard heard(w.size);
   auto cfg_of = [&](int r) {
-    HostCommConfig c = across_hosts(std::nullopt, [&, r](const std::string& text) {
-      std::lock_guard lock(mu);
-      heard[r].push_back(text.substr(0, text.find(" over ")));
-    });
+    HostCommConfig c = across_hosts(std::nullopt, heard.to(r));
     c.ring_tuned_max = 256 * 1024;
     return c;
   };
@@ -233,7 +230,7 @@ TEST_P(Tuned, TheRingsClassesAreTunedUpToRingTunedMax) {
       for (std::size_t count : {40000u, 100000u}) allreduce_case(c, r, DataType::f32, ReduceOp::sum, count, call % 2);
   });
   for (int r = 0; r < w.size; ++r)
-    EXPECT_EQ(heard[r], std::vector<std::string>{"allreduce of 131073-262144 bytes"}) << "rank " << r;
+    EXPECT_EQ(heard.heads(r, " over "), std::vector<std::string>{"allreduce of 131073-262144 bytes"}) << "rank " << r;
 }
 
 INSTANTIATE_TEST_SUITE_P(WorldSizes, Tuned, ::testing::Values(1, 2, 3, 4, 5),
