@@ -164,7 +164,7 @@ def test_a_frame_that_waits_for_the_line_is_delayed_from_its_arrival(undelayed):
     after = (received - resumed) * 1e3
     print(f"sent {(resumed - sent) * 1e3:.1f} ms before the line ran again; the echo came {after:.1f} ms after")
     assert resumed - sent >= 0.25, (sent, resumed)
-    assert 50 <= after <= 80, after
+    assert 50 <= after < 95, after  # timed from reading it: 100 ms
 
 
 def test_bad_delays_are_refused(undelayed):

@@ -15,7 +15,7 @@ import pytest
 from conftest import EXAMPLES
 from conftest import our_processes
 from invariant import check_commits  # noqa: F401 - re-exported for the other suites
-from test_elastic import discovery, epochs, recovery_seconds
+from test_elastic import discovery, epochs, recovery_seconds, wait_for_event
 
 SGD = EXAMPLES / "elastic_sgd"
 ARGS = ["--steps", 120, "--dim", 64, "--batch", 48, "--commit-every", 5]
@@ -174,7 +174,8 @@ def test_hosts_added_and_removed_keep_the_invariant(job, tmp_path):
     sgd_workers(job, 2)
     time.sleep(0.3)
     hosts.write_text("localhost:1\n127.0.0.2:1\n127.0.0.3:2\n")  # grow to 4
-    time.sleep(0.6)
+    # Shrinks once all 4 have joined (a fixed wait can end before the growth on a busy machine)
+    wait_for_event(job, ev, "epoch_joined", timeout=60, size=4)
     hosts.write_text("localhost:1\n127.0.0.3:2\n")  # shrink to 3
     out, err = p.communicate(timeout=120)
     check(out, err, p.returncode, 3, reference(), min_epoch=3)

@@ -15,6 +15,7 @@ in any order), to floating-point reduction order beyond.
 import os
 import signal
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -77,18 +78,33 @@ def model(pg, mode, rank):
     return ddp, torch.optim.SGD(ddp.parameters(), lr=0.05, momentum=0.9)
 
 
+# Where each rank's waiting_hook callbacks ran: True for a thread other than the one
+# that called the hook (the Completer's), False for that one.
+WAITING_OFF_THREAD = []
+
+
 def waiting_hook(pg, bucket):
     """default_hooks.allreduce_hook's average, computed in the future callback of an
     allreduce of 128 KiB, which is too large to run inline: the callback runs on the
     Completer's thread. There it allreduces the bucket and another 128 KiB and waits;
     that one queues on the engine's thread while the callback holds the Completer's only
     thread, so the Completer must add one, or its completion waits behind the callback
-    forever."""
+    forever.
+
+    The callback runs on the Completer only if the allreduce is still under way when
+    then() attaches it; one that already completed runs it here, where nothing waits.
+    So at step s, rank s % n issues its allreduce 0.1 s late: every other rank attaches
+    before its own can complete."""
     n = dist.get_world_size()
+    step = len(WAITING_OFF_THREAD)
+    if step % n == dist.get_rank():
+        time.sleep(0.1)
+    caller = threading.get_ident()
     first = torch.ones(1 << 15)
     fut = dist.all_reduce(first, async_op=True).get_future()
 
     def then(f):
+        WAITING_OFF_THREAD.append(threading.get_ident() != caller)
         grads = bucket.buffer().div_(n)
         dist.all_reduce(grads)
         extra = torch.ones(1 << 15)
@@ -119,6 +135,7 @@ def train(mode):
             check(ok, f"step {s} {name}: max difference {(a.double() - b.double()).abs().max()}")
     if mode == "waiting":
         threads = dist.distributed_c10d._get_default_group()._completion_threads
+        check(any(WAITING_OFF_THREAD), f"no callback ran on the Completer: {WAITING_OFF_THREAD}")
         check(threads >= 2, f"the hook's callbacks waited for collectives, yet {threads} completion thread")
     flat = torch.cat([p.detach().reshape(-1).double() for p in ours[0].parameters()])
     root = flat.clone()

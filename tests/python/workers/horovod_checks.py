@@ -232,7 +232,8 @@ def mode_process_sets():
         time.sleep(3)
     hvd.barrier(process_set=mine)
     took = time.monotonic() - start
-    check(took >= 3 if r % 2 == 0 else took < 2, f"barrier of {mine} took {took:.2f} s")
+    # (an even rank may leave the world's barrier after rank 0 did: a little under 3 s)
+    check(took >= 2.5 if r % 2 == 0 else took < 2, f"barrier of {mine} took {took:.2f} s")
     hvd.barrier()
     # DistributedOptimizer among the even ranks: theirs agree, an odd rank's steps alone
     torch.manual_seed(r)
