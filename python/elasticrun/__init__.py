@@ -86,6 +86,22 @@ if os.environ.get("ELASTICRUN_CHECK_SHAPES", "1") == "0":
     _core.set_shape_check(False)
 
 
+def _name_hold_ms(value):
+    """HOROVOD_CYCLE_TIME's milliseconds: how long a named handle's name stays pending
+    after its issue, as Horovod's background cycle holds it (default 5)."""
+    try:
+        ms = float(value)
+    except ValueError:
+        ms = -1.0
+    if not 0 <= ms <= 60000:  # also NaN
+        raise ValueError(f"HOROVOD_CYCLE_TIME={value!r} is not a number of milliseconds from 0 to 60000")
+    return ms
+
+
+if os.environ.get("HOROVOD_CYCLE_TIME"):
+    _core._set_name_hold(_name_hold_ms(os.environ["HOROVOD_CYCLE_TIME"]))
+
+
 def report(step, **metrics):
     """Reports ``step`` and the keyword metrics (numbers: floats, ints, numpy or 0-d torch
     scalars; finite) to the driver and returns its decision: True when the job should

@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <limits>
@@ -330,6 +331,18 @@ void Completion::finish(std::exception_ptr error) {
   cv_.notify_all();
 }
 
+namespace {
+std::atomic<std::chrono::microseconds::rep> g_name_hold{std::chrono::microseconds(kNameHold).count()};
+}  // namespace
+
+void set_name_hold(std::chrono::microseconds hold) {
+  g_name_hold.store(std::max<std::chrono::microseconds::rep>(hold.count(), 0), std::memory_order_relaxed);
+}
+
+std::chrono::microseconds name_hold() {
+  return std::chrono::microseconds(g_name_hold.load(std::memory_order_relaxed));
+}
+
 Engine::Engine(Context& ctx) : ctx_(ctx), thread_([this] { loop(); }) {}
 
 Engine::~Engine() {
@@ -355,7 +368,7 @@ std::shared_ptr<Completion> Engine::submit(Task t, const Named& named, bool hold
     std::lock_guard lock(mu_);
     check_unique(named);
     if (named.unique && named.key) in_flight_.insert(named.key);
-    queue_.push_back({std::move(t), c, named, std::chrono::steady_clock::now(), hold});
+    queue_.push_back({std::move(t), c, named, std::chrono::steady_clock::now() + name_hold(), hold});
   }
   cv_.notify_one();
   return c;
@@ -432,7 +445,7 @@ void Engine::run(const Task& t, const Named& named) {
     return;
   }
   // Something was issued before: take a place behind it. Its caller has seen it done
-  // when this returns, so its name is free at once (no kNameHold).
+  // when this returns, so its name is free at once (no hold).
   auto c = submit(t, named, false);
   while (!c->wait_for(std::chrono::hours(1))) {
   }
@@ -483,7 +496,7 @@ void Engine::loop() {
       in_flight_.erase(in_flight_.find(q.named.key));
       const auto now = std::chrono::steady_clock::now();
       std::erase_if(held_, [now](const auto& h) { return h.second <= now; });
-      if (q.hold && now < q.issued + kNameHold) held_[q.named.key] = q.issued + kNameHold;
+      if (q.hold && now < q.held_until) held_[q.named.key] = q.held_until;
     }
     lock.unlock();
     q.completion->finish(error);

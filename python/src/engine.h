@@ -13,7 +13,7 @@
 // named, the ranks negotiate (see negotiate() in engine.cc) and run first a named
 // collective that every rank has issued; the others keep their places. A name that is
 // in flight cannot be issued again (DuplicateName, Horovod's ValueError). A queued one
-// stays in flight for at least kNameHold after its issue unless its handle is
+// stays in flight for at least name_hold() after its issue unless its handle is
 // synchronized: in Horovod a collective completes at the earliest in its background
 // loop's next cycle, so a name issued twice in a row is a duplicate on every rank, also
 // on the last rank to issue it, whose first collective could otherwise complete at once.
@@ -153,7 +153,12 @@ struct Named {
   std::string name;  // for the DuplicateName message
 };
 
+// How long a name stays held (see above) by default: Horovod's default cycle.
 inline constexpr std::chrono::milliseconds kNameHold{5};
+// The hold for names issued from now on, every engine's (HOROVOD_CYCLE_TIME, read by the
+// Python package); at least zero.
+void set_name_hold(std::chrono::microseconds hold);
+std::chrono::microseconds name_hold();
 
 class Engine {
  public:
@@ -164,7 +169,7 @@ class Engine {
 
   // Queues the task; the caller keeps its buffers alive until the completion is done.
   // DuplicateName when `named` is unique and its key is in flight. `hold`: the name
-  // stays in flight for kNameHold after the issue (a handle's; not a synchronous call's).
+  // stays in flight for name_hold() after the issue (a handle's; not a synchronous call's).
   std::shared_ptr<Completion> submit(Task t, const Named& named = {}, bool hold = true);
   // Runs the task after everything issued before it; throws its error.
   void run(const Task& t, const Named& named = {});
@@ -176,7 +181,7 @@ class Engine {
   void drain();
   // The keys of the running task and the queued ones, in the order they run (0s left out).
   std::vector<std::uint64_t> pending_keys();
-  // The queued collective of `key` was synchronized: its name is free now (see kNameHold).
+  // The queued collective of `key` was synchronized: its name is free now (see name_hold()).
   void release(std::uint64_t key);
   // Waits until nothing is queued or running, up to `deadline`; true if so.
   bool drain_until(std::chrono::steady_clock::time_point deadline);
@@ -186,7 +191,7 @@ class Engine {
     Task task;
     std::shared_ptr<Completion> completion;
     Named named;
-    std::chrono::steady_clock::time_point issued;
+    std::chrono::steady_clock::time_point held_until;  // its issue + name_hold() then
     bool hold;
   };
   void loop();
@@ -206,7 +211,7 @@ class Engine {
   bool busy_ = false;  // a task is running, on the thread or inline
   std::uint64_t running_key_ = 0;
   std::multiset<std::uint64_t> in_flight_;  // unique names queued or running
-  // Unique names of completed collectives, held until their time (kNameHold).
+  // Unique names of completed collectives, held until their time (name_hold()).
   std::map<std::uint64_t, std::chrono::steady_clock::time_point> held_;
   bool stop_ = false;
   std::thread thread_;

@@ -22,6 +22,7 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <functional>
@@ -418,6 +419,9 @@ PYBIND11_MODULE(_core, m) {
       "set_shape_check", &set_shape_check, py::arg("on"),
       "Whether collectives on buffers first check that every rank passes the same count and type");
   m.def("shape_check", &shape_check);
+  m.def(
+      "_set_name_hold", [](double ms) { set_name_hold(std::chrono::microseconds(std::llround(ms * 1000))); },
+      py::arg("ms"), "How long a named handle's name stays pending after its issue (HOROVOD_CYCLE_TIME)");
   m.def("_drain", [] {
     Engine& e = engine();
     py::gil_scoped_release nogil;

@@ -29,10 +29,10 @@ def check_ok_lines(r, tag, n):
 MIN_CHECKS = {"allreduce": 700, "others": 180, "functions": 6, "state": 11, "syncbn": 22}
 
 
-def run_checks(job, worker, tag, mode, np, least):
-    """`worker mode` at `np` ranks: exit 0, each rank's `<tag> <mode>: OK <n> checks` with
-    n >= least (a mode that stopped checking fails)."""
-    r = run_python(job, ["-np", np], worker, mode, timeout=180)
+def run_checks(job, worker, tag, mode, np, least, options=()):
+    """`worker mode` at `np` ranks (with elasticrun `options`): exit 0, each rank's
+    `<tag> <mode>: OK <n> checks` with n >= least (a mode that stopped checking fails)."""
+    r = run_python(job, ["-np", np, *options], worker, mode, timeout=180)
     check_ok_lines(r, f"{tag} {mode}: OK", np)
     counts = [int(c) for c in re.findall(rf"{tag} {mode}: OK (\d+) checks", r.stdout)]
     assert len(counts) == np and min(counts) >= least, counts
@@ -51,8 +51,17 @@ HOROVOD_MIN = {"gradients": 14, "types": 16, "api": 22, "process_sets": 34, "joi
 @pytest.mark.parametrize("np", [2, 3])
 @pytest.mark.parametrize("mode", list(HOROVOD_MIN))
 def test_horovod_semantics(job, mode, np):
-    """Horovod's gradients, types, scale factors, async and grouped forms, build queries."""
-    run_checks(job, HOROVOD, "horovod_checks", mode, np, HOROVOD_MIN[mode])
+    """Horovod's gradients, types, scale factors, async and grouped forms, build queries.
+    names: with a name hold of 200 ms (HOROVOD_CYCLE_TIME), which its checks rely on."""
+    options = ["-x", "HOROVOD_CYCLE_TIME=200"] if mode == "names" else []
+    run_checks(job, HOROVOD, "horovod_checks", mode, np, HOROVOD_MIN[mode], options)
+
+
+@pytest.mark.parametrize("value", ["abc", "-1", "nan", "1e9"])
+def test_a_bad_cycle_time_is_a_clear_error(value):
+    r = subprocess.run([PYTHON, "-c", "import elasticrun"], capture_output=True, text=True, timeout=60,
+                       env={**os.environ, **python_env(), "HOROVOD_CYCLE_TIME": value})
+    assert r.returncode != 0 and "HOROVOD_CYCLE_TIME=" in r.stderr and "milliseconds" in r.stderr, r.stderr[-2000:]
 
 
 def test_collective_before_init_is_a_clear_error():

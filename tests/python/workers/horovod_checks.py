@@ -5,6 +5,7 @@ allgather and alltoall; integer scale factors; the async and grouped forms; the 
 queries; broadcast_optimizer_state on an optimizer without state. Each check computes
 what every rank's inputs give (a rank knows them all). Prints
 `horovod_checks <mode>: OK <n> checks`."""
+import os
 import sys
 
 import torch
@@ -368,15 +369,17 @@ def mode_names():
         check(torch.equal(got, torch.ones(3)), f"the named broadcast after the barrier: {got}")
     hvd.barrier()
     # Horovod's pattern on every rank, the last to issue included: a name issued twice in
-    # a row is refused on every rank, also where the first completes at once (held for
-    # 5 ms after its issue, as Horovod holds it until its next cycle); the last rank waits
-    # 1 ms between its two issues, which is longer than its first allreduce takes.
+    # a row is refused on every rank, also where the first completes at once (held after
+    # its issue for HOROVOD_CYCLE_TIME, as Horovod holds it until its next cycle). The test
+    # sets 200 ms, and the last rank waits 20 ms between its two issues: longer than its
+    # first allreduce takes, and than the default 5 ms, which would have freed the name.
+    check(os.environ.get("HOROVOD_CYCLE_TIME") == "200", "the job sets HOROVOD_CYCLE_TIME=200")
     for i in range(5):
         if r == n - 1:
             time.sleep(0.05)  # the others have issued theirs: its first allreduce completes at once
         hvd.allreduce_async(x, name=f"twice{i}")
         if r == n - 1:
-            time.sleep(0.001)
+            time.sleep(0.02)
         raises(ValueError, lambda: hvd.allreduce_async(x, name=f"twice{i}"), f"a name issued twice in a row ({i})",
                "in flight already")
         hvd.barrier()
