@@ -36,8 +36,12 @@ TEST_P(Abort, BlockedCollectiveThrowsWorkersFailedQuickly) {
   std::atomic<bool> done{false};
   std::atomic<long> raised_at_us{0};
   std::vector<long> latency_us(3, -1);
+  std::atomic<int> entering{0};  // ranks 0 and 1 about to call the allreduce
   std::thread raiser([&] {
-    std::this_thread::sleep_for(300ms);
+    // Once both are in it (their communicators made, which can take longer than any fixed
+    // wait on a busy machine), and waiting for rank 2.
+    while (entering < 2) std::this_thread::sleep_for(1ms);
+    std::this_thread::sleep_for(50ms);
     raised_at_us = std::chrono::duration_cast<std::chrono::microseconds>(Clock::now().time_since_epoch()).count();
     w.aborts[0]->raise(AbortSignal::Kind::workers_failed, "rank 2 died");
     w.aborts[1]->raise(AbortSignal::Kind::workers_failed, "rank 2 died");
@@ -48,6 +52,7 @@ TEST_P(Abort, BlockedCollectiveThrowsWorkersFailedQuickly) {
       return;
     }
     std::vector<float> buf(1 << 20, 1.0f);  // large enough for the ring with partial progress
+    ++entering;
     try {
       c.allreduce(buf.data(), buf.data(), buf.size(), DataType::f32, ReduceOp::sum);
       ADD_FAILURE() << "allreduce returned without rank 2";
