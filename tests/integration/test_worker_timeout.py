@@ -74,7 +74,9 @@ def test_sigstopped_worker_ends_a_fixed_job_promptly(job):
     out, err = p.communicate(timeout=30)
     took = time.monotonic() - stopped
     assert p.returncode == 1, err
-    assert re.search(r"rank 1 \(host '127\.0\.0\.2', slot 0, pid \d+\) sent nothing for 1\.\d s, not even a "
-                     r"heartbeat \(--worker-timeout\)", err), err
+    said = re.search(r"rank 1 \(host '127\.0\.0\.2', slot 0, pid \d+\) sent nothing for (\d+\.\d) s, not even a "
+                     r"heartbeat \(--worker-timeout\)", err)
+    # the timeout, plus up to a liveness tick, more where a loaded machine delays the tick
+    assert said and 1.0 <= float(said.group(1)) < 4, err
     # 1 s of silence, then the daemons' stop (SIGKILL 2 s after SIGTERM at the latest).
     assert took < 5, f"the job took {took:.1f} s to end after the SIGSTOP"
