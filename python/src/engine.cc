@@ -11,7 +11,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <limits>
@@ -329,18 +328,6 @@ void Completion::finish(std::exception_ptr error) {
     error_ = std::move(error);
   }
   cv_.notify_all();
-}
-
-namespace {
-std::atomic<std::chrono::microseconds::rep> g_name_hold{std::chrono::microseconds(kNameHold).count()};
-}  // namespace
-
-void set_name_hold(std::chrono::microseconds hold) {
-  g_name_hold.store(std::max<std::chrono::microseconds::rep>(hold.count(), 0), std::memory_order_relaxed);
-}
-
-std::chrono::microseconds name_hold() {
-  return std::chrono::microseconds(g_name_hold.load(std::memory_order_relaxed));
 }
 
 Engine::Engine(Context& ctx) : ctx_(ctx), thread_([this] { loop(); }) {}

@@ -153,12 +153,9 @@ struct Named {
   std::string name;  // for the DuplicateName message
 };
 
-// How long a name stays held (see above) by default: Horovod's default cycle.
+// How long a name stays held (see above) by default: Horovod's default cycle. The hold
+// itself is the process's setting, name_hold() (process_engine.h).
 inline constexpr std::chrono::milliseconds kNameHold{5};
-// The hold for names issued from now on, every engine's (HOROVOD_CYCLE_TIME, read by the
-// Python package); at least zero.
-void set_name_hold(std::chrono::microseconds hold);
-std::chrono::microseconds name_hold();
 
 class Engine {
  public:

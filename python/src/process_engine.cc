@@ -3,6 +3,7 @@
 #include "api/context_internal.h"
 #include "control/abort_signal.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <memory>
@@ -25,6 +26,11 @@ std::unique_ptr<device::Collectives>& device_slot() {
 std::atomic<bool>& shape_check_flag() {
   static std::atomic<bool> on{true};
   return on;
+}
+
+std::atomic<std::chrono::microseconds::rep>& name_hold_us() {
+  static std::atomic<std::chrono::microseconds::rep> us{std::chrono::microseconds(kNameHold).count()};
+  return us;
 }
 
 }  // namespace
@@ -85,5 +91,10 @@ device::Collectives& process_device_collectives(int device) {
 
 bool shape_check() { return shape_check_flag().load(std::memory_order_relaxed); }
 void set_shape_check(bool on) { shape_check_flag().store(on, std::memory_order_relaxed); }
+
+std::chrono::microseconds name_hold() { return std::chrono::microseconds(name_hold_us().load(std::memory_order_relaxed)); }
+void set_name_hold(std::chrono::microseconds hold) {
+  name_hold_us().store(std::max<std::chrono::microseconds::rep>(hold.count(), 0), std::memory_order_relaxed);
+}
 
 }  // namespace elasticrun::python

@@ -12,6 +12,7 @@
 
 #include <elasticrun/device.hpp>
 
+#include <chrono>
 #include <string>
 
 namespace elasticrun::python {
@@ -39,5 +40,11 @@ device::Collectives& process_device_collectives(int device);
 // type (Request::check): elasticrun.set_shape_check, ELASTICRUN_CHECK_SHAPES=0.
 bool shape_check();
 void set_shape_check(bool on);
+
+// How long a named handle's name stays in flight after its issue (Engine, kNameHold by
+// default; HOROVOD_CYCLE_TIME, read by the Python package), for names issued from now on.
+// Negative holds are taken as zero.
+std::chrono::microseconds name_hold();
+void set_name_hold(std::chrono::microseconds hold);
 
 }  // namespace elasticrun::python
