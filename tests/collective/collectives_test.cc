@@ -17,19 +17,32 @@ constexpr std::size_t kLarge = 8 * 1024 * 1024 / 4 + 3;  // ~8 MiB of f32, odd c
 
 // The ways every collective can go: UCX (forced ring) as on one host, UCX as across
 // hosts (Bruck's allgather and the halving reduce-scatter for small calls) with 4 KiB
-// pipeline segments (so that a mid-size call takes many chunks per ring step), shared
+// pipeline segments (so that a mid-size call takes many chunks per ring step), the ring
+// with segments that grow with its blocks (as across hosts by default), shared
 // memory, and shared memory with 4 KiB slots so that even small calls take many rounds.
 struct Path {
   std::string name;
   HostCommConfig cfg;
 };
+// As across hosts (one rank each) with nothing forcing the segment: the rings' grows
+// with their blocks, here from 1 KiB to 16 KiB, so that calls of every size take
+// segments of their own (and blocks that do not divide into them).
+Path grown_ring() {
+  HostCommConfig grow = config(Algorithm::ring);
+  grow.local_size = 1;
+  grow.net_segment_bytes = 1024;
+  grow.net_segment_max_bytes = 16 * 1024;
+  grow.crossover = grow.net_crossover;
+  return {"ucxgrow/", grow};
+}
 std::vector<Path> paths() {
   HostCommConfig tiny = config(Algorithm::shm);
   tiny.shm_slot_bytes = 4096;
   HostCommConfig net = config(Algorithm::ring);
   net.segment = 4096;
   net.crossover = net.net_crossover;
-  return {{"ucx/", config(Algorithm::ring)}, {"ucxnet4k/", net}, {"shm/", config(Algorithm::shm)}, {"shm4k/", tiny}};
+  return {{"ucx/", config(Algorithm::ring)}, {"ucxnet4k/", net}, grown_ring(), {"shm/", config(Algorithm::shm)},
+          {"shm4k/", tiny}};
 }
 
 class Collectives : public ::testing::TestWithParam<int> {};
@@ -67,6 +80,19 @@ TEST_P(Collectives, AllreduceLarge) {
       allreduce_case(c, r, DataType::f16, ReduceOp::avg, 300001, false);
       allreduce_case(c, r, DataType::i64, ReduceOp::max, 200003, true);
     });
+}
+
+// The ring as across hosts, its segment grown with its blocks (1 KiB to 16 KiB here):
+// blocks under four segments, between, and past the most, none a multiple of another.
+TEST_P(Collectives, AllreduceRingSegmentsGrowWithTheBlocks) {
+  World w(GetParam());
+  const Path grow = grown_ring();
+  run_ranks(w, grow.cfg, "ar/" + grow.name, [](int r, Communicator& c) {
+    for (std::size_t count : {std::size_t{1023}, std::size_t{7001}, std::size_t{30001}, kLarge})
+      for (bool in_place : {false, true}) allreduce_case(c, r, DataType::f32, ReduceOp::sum, count, in_place);
+    allreduce_case(c, r, DataType::f16, ReduceOp::avg, 20001, false);
+    allreduce_case(c, r, DataType::i64, ReduceOp::max, 9001, true);
+  });
 }
 
 TEST_P(Collectives, AutomaticAlgorithmMidSizes) {

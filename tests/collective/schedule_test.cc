@@ -29,6 +29,19 @@ TEST(Schedule, NumChunks) {
   EXPECT_EQ(num_chunks(257, 256), 2u);
 }
 
+TEST(Schedule, RingSegmentGrowsWithTheBlockBetweenItsBounds) {
+  constexpr std::size_t K = 1024;
+  EXPECT_EQ(ring_segment(0, 32 * K, 512 * K), 32 * K);          // small blocks: the least
+  EXPECT_EQ(ring_segment(128 * K, 32 * K, 512 * K), 32 * K);
+  EXPECT_EQ(ring_segment(1024 * K, 32 * K, 512 * K), 256 * K);  // a quarter of the block
+  EXPECT_EQ(ring_segment(1024 * K + 7, 32 * K, 512 * K), 256 * K + 1);
+  EXPECT_EQ(ring_segment(2048 * K, 32 * K, 512 * K), 512 * K);
+  EXPECT_EQ(ring_segment(64 * K * K, 32 * K, 512 * K), 512 * K);  // and no more than the most
+  EXPECT_EQ(num_chunks(1024 * K, ring_segment(1024 * K, 32 * K, 512 * K)), kRingChunks);
+  EXPECT_EQ(ring_segment(64 * K * K, 32 * K, 0), 32 * K);       // fixed
+  EXPECT_EQ(ring_segment(64 * K * K, 32 * K, 32 * K), 32 * K);
+}
+
 // Simulates the ring allreduce on block ownership: after the reduce-scatter steps
 // each block must have been combined exactly once from every rank, and after the
 // allgather every rank must hold every block.

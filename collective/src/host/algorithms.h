@@ -49,6 +49,8 @@ struct Step {
   // Added to every step of the tags: a second exchange within the same collective (the
   // tuner's agreement, host/tuner.h) takes steps no algorithm's reach.
   std::uint64_t step_base = 0;
+  // Above `segment`: the ring's chunk grows with its blocks up to this (schedule::ring_segment).
+  std::size_t segment_max = 0;
   std::uint64_t tag(std::uint64_t step) const { return Transport::make_tag(seq, step_base + step); }
   void wait(std::span<Transport::Request> r) const { tp.wait(r, deadline, what); }
 };

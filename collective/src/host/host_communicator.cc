@@ -35,8 +35,9 @@ class HostCommunicator final : public elasticrun::Communicator {
       : cfg_(cfg), store_(store), abort_(abort) {
     blocking_ = resolve_progress(cfg) == Progress::block;
     const bool across_hosts = cfg.local_size > 0 && cfg.local_size < cfg.size;
-    segment_ = cfg.segment ? *cfg.segment
-                           : settings::segment().value_or(across_hosts ? cfg.net_segment_bytes : cfg.segment_bytes);
+    const std::optional<std::size_t> forced = cfg.segment ? cfg.segment : settings::segment();
+    segment_ = forced.value_or(across_hosts ? cfg.net_segment_bytes : cfg.segment_bytes);
+    if (!forced && across_hosts) segment_max_ = cfg.net_segment_max_bytes;
     crossover_ = cfg.crossover.value_or(across_hosts ? cfg.net_crossover : cfg.local_crossover);
     tune_ = cfg.size > 1 && (cfg.tune ? *cfg.tune : across_hosts && settings::tune());
     if (cfg.size == 1) {
@@ -59,6 +60,7 @@ class HostCommunicator final : public elasticrun::Communicator {
                    std::unique_ptr<Transport> tp)
       : cfg_(cfg), store_(std::move(store)), abort_(std::move(abort)), tp_(std::move(tp)) {
     segment_ = cfg.segment.value_or(cfg.segment_bytes);
+    segment_max_ = cfg.net_segment_max_bytes;  // the parent's, 0 where its segment is fixed
     crossover_ = cfg.crossover.value_or(cfg.local_crossover);
     shm_unavailable_ = hier_unavailable_ = "a process set runs on the UCX algorithms";
   }
@@ -90,6 +92,7 @@ class HostCommunicator final : public elasticrun::Communicator {
     c.local_rank = c.rank;
     c.parent_size = cfg_.size;
     c.segment = segment_;  // the parent's choices: the same on every member
+    c.net_segment_max_bytes = segment_max_;
     c.crossover = crossover_;
     c.scope = cfg_.scope + "set" + std::to_string(id) + "/";
     s.comm = std::make_unique<HostCommunicator>(c, store_, abort_, std::make_unique<SubTransport>(*tp_, m, id));
@@ -253,7 +256,7 @@ class HostCommunicator final : public elasticrun::Communicator {
     std::int32_t mine[2] = {cfg_.local_rank, local_size()};
     std::vector<std::int32_t> all(2 * static_cast<std::size_t>(n));
     std::vector<std::size_t> counts(n, 2);
-    Step gather{st.tp, st.deadline, seq_++, ws_, st.segment, st.window, st.what};
+    Step gather = step(st.tp, st.deadline, seq_++, st.what);
     allgatherv_ring(gather, mine, all.data(), counts, sizeof(std::int32_t));
     std::vector<int> leaders;
     int widest = 1;
@@ -306,7 +309,7 @@ class HostCommunicator final : public elasticrun::Communicator {
     if (h.rail && (a == Algorithm::rails || (a == Algorithm::automatic && bytes > cfg_.rails_above_bytes &&
                                              bytes <= cfg_.rails_max_bytes))) {
       HierRails hr{h.host.get(), cfg_.size, [&](void* buf, std::size_t n) {
-        Step sub{*h.rail, st.deadline, across, ws_, segment_, cfg_.window, st.what};
+        Step sub = step(*h.rail, st.deadline, across, st.what);
         const Flat f{cfg_, h.rail_crossover, tune_ ? &h.rail_tuner : nullptr};
         allreduce_flat(sub, f, Algorithm::automatic, buf, buf, n, t, accumulate_op(op));
       }};
@@ -315,7 +318,7 @@ class HostCommunicator final : public elasticrun::Communicator {
     HierAllreduce ha{h.host.get(), h.leader, cfg_.size, static_cast<int>(h.hosts.size()), h.index, h.round_bytes, {}};
     if (h.leader)
       ha.across = [&](void* buf, std::size_t n, const InputReady& ready) {
-        Step sub{*h.leaders, st.deadline, across, ws_, segment_, cfg_.window, st.what};
+        Step sub = step(*h.leaders, st.deadline, across, st.what);
         allreduce_flat(sub, flat(h.tuner), Algorithm::automatic, buf, buf, n, t, accumulate_op(op), &ready);
       };
     allreduce_hier(ha, in, out, count, t, op, shm_wait(st));
@@ -327,7 +330,7 @@ class HostCommunicator final : public elasticrun::Communicator {
     HierAllgather ha{h.host.get(), h.leader, cfg_.rank - cfg_.local_rank, h.hosts, {}};
     if (h.leader)
       ha.across = [&](const void* part, void* all, std::span<const std::size_t> parts) {
-        Step sub{*h.leaders, st.deadline, across, ws_, segment_, cfg_.window, st.what};
+        Step sub = step(*h.leaders, st.deadline, across, st.what);
         allgatherv_flat(sub, flat(h.tuner), Algorithm::automatic, part, all, parts, elem);
       };
     allgather_hier(ha, in, out, counts, elem, shm_wait(st));
@@ -340,7 +343,7 @@ class HostCommunicator final : public elasticrun::Communicator {
     HierBroadcast hb{h.host.get(), h.leader, host == h.index, root - first, {}};
     if (h.leader)
       hb.across = [&](void* data, std::size_t n) {
-        Step sub{*h.leaders, st.deadline, across, ws_, segment_, cfg_.window, st.what};
+        Step sub = step(*h.leaders, st.deadline, across, st.what);
         broadcast_flat(sub, flat(h.tuner), Algorithm::automatic, data, n, host);
       };
     broadcast_hier(hb, buf, bytes, shm_wait(st));
@@ -362,7 +365,7 @@ class HostCommunicator final : public elasticrun::Communicator {
     if (h.leader)
       hr.across = [&](const std::byte* input, std::byte* ours, std::span<const std::size_t> parts,
                       const InputReady* ready) {
-        Step sub{*h.leaders, st.deadline, across, ws_, segment_, cfg_.window, st.what};
+        Step sub = step(*h.leaders, st.deadline, across, st.what);
         reduce_scatterv_flat(sub, flat(h.tuner), Algorithm::automatic, input, ours, parts, t, accumulate_op(op), ready);
       };
     reduce_scatter_hier(hr, in, out, count, t, op, shm_wait(st));
@@ -421,8 +424,14 @@ class HostCommunicator final : public elasticrun::Communicator {
     o.slot_bytes = slot;
     o.small_max = blocking_ ? cfg_.shm_small_max_blocking : cfg_.shm_small_max;
     o.progress = [tp = tp_.get()] { tp->progress(); };
-    Step agree{st.tp, st.deadline, seq_++, ws_, st.segment, st.window, st.what};
+    Step agree = step(st.tp, st.deadline, seq_++, st.what);
     return make_shm_group(o, *store_, cfg_.scope + name, agree, *abort_, out, why);
+  }
+
+  Step step(Transport& tp, Clock::time_point deadline, std::uint64_t seq, const char* what) {
+    Step st{tp, deadline, seq, ws_, segment_, cfg_.window, what};
+    st.segment_max = segment_max_;
+    return st;
   }
 
   // Runs one collective with a fresh deadline and tag sequence. A failure leaves
@@ -432,7 +441,7 @@ class HostCommunicator final : public elasticrun::Communicator {
   void run(const char* what, F&& body) {
     abort_->check();
     if (!broken_.empty()) throw Error(std::string(what) + ": communicator unusable after: " + broken_);
-    Step st{*tp_, Clock::now() + cfg_.timeout, seq_++, ws_, segment_, cfg_.window, what};
+    Step st = step(*tp_, Clock::now() + cfg_.timeout, seq_++, what);
     try {
       body(st);
     } catch (const std::exception& e) {
@@ -447,6 +456,7 @@ class HostCommunicator final : public elasticrun::Communicator {
   std::shared_ptr<AbortSignal> abort_;
   bool blocking_ = false;
   std::size_t segment_ = 0;  // the UCX algorithms' pipeline chunk (HostCommConfig::segment)
+  std::size_t segment_max_ = 0;  // the ring's grows to this with its blocks; 0: fixed
   HostCommConfig::Crossover crossover_;
   bool tune_ = false;  // measure where the crossovers guess (HostCommConfig::tune)
   Tuner tuner_;        // this communicator's measured choices

@@ -64,10 +64,14 @@ struct HostCommConfig {
   // MiB over 8 hosts' 100 Mbit/s links against 256 KiB; 32 KiB, with its header within
   // UCX_TCP_RX_SEG_SIZE's 64K, 1.2-1.9x 64 KiB from 512 KiB on unshaped and 200 Mbit/s
   // links, the same at 100 Mbit/s; bench/RESULTS.md), segment_bytes on one host (a
-  // single-copy rendezvous per chunk wins there).
+  // single-copy rendezvous per chunk wins there). Where the ranks span hosts and nothing
+  // forces the segment, the rings' grows with their blocks, a quarter of one, up to
+  // net_segment_max_bytes (schedule::ring_segment; fewer messages to handle per byte
+  // where the blocks are large; bench/RESULTS.md, session 38); 0 keeps it fixed.
   std::optional<std::size_t> segment;
   std::size_t segment_bytes = 256 * 1024;
   std::size_t net_segment_bytes = 32 * 1024;
+  std::size_t net_segment_max_bytes = 512 * 1024;
   int window = 4;                          // receives posted ahead in pipelines
   // The automatic flat allreduce: recursive doubling up to rd_max bytes (and in a size
   // class whose calls may hold fewer elements, of 8 bytes at most, than ranks), recursive

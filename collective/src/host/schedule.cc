@@ -1,5 +1,7 @@
 #include "host/schedule.h"
 
+#include <algorithm>
+
 namespace elasticrun::collective::schedule {
 
 Range balanced(std::size_t total, std::size_t parts, std::size_t i) {
@@ -11,6 +13,11 @@ Range balanced(std::size_t total, std::size_t parts, std::size_t i) {
 std::size_t num_chunks(std::size_t bytes, std::size_t segment) {
   if (bytes == 0 || segment == 0) return 1;
   return (bytes + segment - 1) / segment;
+}
+
+std::size_t ring_segment(std::size_t block, std::size_t least, std::size_t most) {
+  if (most <= least) return least;
+  return std::clamp(block / kRingChunks, least, most);
 }
 
 RecursiveDoubling recursive_doubling(int rank, int size) {
