@@ -1,6 +1,7 @@
 // The settings reader (control/settings.h): each ELASTICRUN_* variable's default, its
 // bounds, and the error a bad value gives (naming the variable and the value).
 #include "control/settings.h"
+#include "host/host_communicator.h"
 
 #include "common/env.h"
 #include "common/socket_options.h"
@@ -149,6 +150,30 @@ TEST(Settings, Segment) {
     EXPECT_EQ(error_of([] { segment(); }), std::string("ELASTICRUN_SEGMENT='") + bad +
                                                "' is not a byte count from 1K to 64M (digits, then K or M for KiB or MiB)");
   }
+}
+
+// Where the ranks span hosts and nothing fixes it, the rings' segment grows (from 32 KiB
+// to 512 KiB); ELASTICRUN_SEGMENT or HostCommConfig::segment fixes it; one host: 256 KiB.
+TEST(Settings, SegmentsByLayout) {
+  Env s(env::kSegment, nullptr);
+  auto of = [](int local_size, std::optional<std::size_t> segment = std::nullopt) {
+    HostCommConfig c;
+    c.size = 8;
+    c.local_size = local_size;
+    c.segment = segment;
+    const Segments r = resolve_segments(c);
+    return std::pair{r.least, r.most};
+  };
+  using P = std::pair<std::size_t, std::size_t>;
+  EXPECT_EQ(of(1), P(32 << 10, 512 << 10));
+  EXPECT_EQ(of(2), P(32 << 10, 512 << 10));
+  EXPECT_EQ(of(8), P(256 << 10, 0));
+  EXPECT_EQ(of(0), P(256 << 10, 0));  // unknown: all on one host
+  EXPECT_EQ(of(1, 4096), P(4096, 0));
+  s.set("128K");
+  EXPECT_EQ(of(1), P(128 << 10, 0));
+  EXPECT_EQ(of(8), P(128 << 10, 0));
+  EXPECT_EQ(of(1, 4096), P(4096, 0));  // the config's over the variable
 }
 
 TEST(Settings, Devices) {

@@ -35,9 +35,9 @@ class HostCommunicator final : public elasticrun::Communicator {
       : cfg_(cfg), store_(store), abort_(abort) {
     blocking_ = resolve_progress(cfg) == Progress::block;
     const bool across_hosts = cfg.local_size > 0 && cfg.local_size < cfg.size;
-    const std::optional<std::size_t> forced = cfg.segment ? cfg.segment : settings::segment();
-    segment_ = forced.value_or(across_hosts ? cfg.net_segment_bytes : cfg.segment_bytes);
-    if (!forced && across_hosts) segment_max_ = cfg.net_segment_max_bytes;
+    const Segments seg = resolve_segments(cfg);
+    segment_ = seg.least;
+    segment_max_ = seg.most;
     crossover_ = cfg.crossover.value_or(across_hosts ? cfg.net_crossover : cfg.local_crossover);
     tune_ = cfg.size > 1 && (cfg.tune ? *cfg.tune : across_hosts && settings::tune());
     if (cfg.size == 1) {
@@ -485,6 +485,14 @@ Progress resolve_progress(const HostCommConfig& cfg) {
   unsigned cores = std::thread::hardware_concurrency();
   // Spinning only pays when every local rank has a core to itself.
   return cores != 0 && static_cast<unsigned>(local) <= cores ? Progress::busy : Progress::block;
+}
+
+Segments resolve_segments(const HostCommConfig& cfg) {
+  const bool across_hosts = cfg.local_size > 0 && cfg.local_size < cfg.size;
+  const std::optional<std::size_t> forced = cfg.segment ? cfg.segment : settings::segment();
+  if (forced) return {*forced, 0};
+  if (across_hosts) return {cfg.net_segment_bytes, cfg.net_segment_max_bytes};
+  return {cfg.segment_bytes, 0};
 }
 
 std::unique_ptr<elasticrun::Communicator> make_host_communicator(const HostCommConfig& cfg,

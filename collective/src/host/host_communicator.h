@@ -176,6 +176,13 @@ struct HostCommConfig {
 // The progress mode that `cfg` resolves to on this machine (env and oversubscription).
 Progress resolve_progress(const HostCommConfig& cfg);
 
+// The pipeline segment `cfg` resolves to (HostCommConfig::segment): `least`, and the
+// most the rings' grows to with their blocks (0: fixed at `least`).
+struct Segments {
+  std::size_t least = 0, most = 0;
+};
+Segments resolve_segments(const HostCommConfig& cfg);
+
 std::unique_ptr<elasticrun::Communicator> make_host_communicator(const HostCommConfig& cfg,
                                                                 std::shared_ptr<Store> store,
                                                                 std::shared_ptr<AbortSignal> abort);
