@@ -478,23 +478,6 @@ class HostCommunicator final : public elasticrun::Communicator {
 
 }  // namespace
 
-Progress resolve_progress(const HostCommConfig& cfg) {
-  Progress p = cfg.progress ? *cfg.progress : settings::progress();
-  if (p != Progress::automatic) return p;
-  int local = cfg.local_size > 0 ? cfg.local_size : cfg.size;
-  unsigned cores = std::thread::hardware_concurrency();
-  // Spinning only pays when every local rank has a core to itself.
-  return cores != 0 && static_cast<unsigned>(local) <= cores ? Progress::busy : Progress::block;
-}
-
-Segments resolve_segments(const HostCommConfig& cfg) {
-  const bool across_hosts = cfg.local_size > 0 && cfg.local_size < cfg.size;
-  const std::optional<std::size_t> forced = cfg.segment ? cfg.segment : settings::segment();
-  if (forced) return {*forced, 0};
-  if (across_hosts) return {cfg.net_segment_bytes, cfg.net_segment_max_bytes};
-  return {cfg.segment_bytes, 0};
-}
-
 std::unique_ptr<elasticrun::Communicator> make_host_communicator(const HostCommConfig& cfg,
                                                                 std::shared_ptr<Store> store,
                                                                 std::shared_ptr<AbortSignal> abort) {
