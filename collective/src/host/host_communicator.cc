@@ -18,7 +18,6 @@
 #include <cstring>
 #include <map>
 #include <string_view>
-#include <thread>
 #include <vector>
 
 namespace elasticrun::collective {
