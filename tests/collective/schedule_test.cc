@@ -31,15 +31,26 @@ TEST(Schedule, NumChunks) {
 
 TEST(Schedule, RingSegmentGrowsWithTheBlockBetweenItsBounds) {
   constexpr std::size_t K = 1024;
-  EXPECT_EQ(ring_segment(0, 32 * K, 512 * K), 32 * K);          // small blocks: the least
-  EXPECT_EQ(ring_segment(128 * K, 32 * K, 512 * K), 32 * K);
-  EXPECT_EQ(ring_segment(1024 * K, 32 * K, 512 * K), 256 * K);  // a quarter of the block
-  EXPECT_EQ(ring_segment(1024 * K + 7, 32 * K, 512 * K), 256 * K + 1);
-  EXPECT_EQ(ring_segment(2048 * K, 32 * K, 512 * K), 512 * K);
-  EXPECT_EQ(ring_segment(64 * K * K, 32 * K, 512 * K), 512 * K);  // and no more than the most
-  EXPECT_EQ(num_chunks(1024 * K, ring_segment(1024 * K, 32 * K, 512 * K)), kRingChunks);
-  EXPECT_EQ(ring_segment(64 * K * K, 32 * K, 0), 32 * K);       // fixed
-  EXPECT_EQ(ring_segment(64 * K * K, 32 * K, 32 * K), 32 * K);
+  // An allreduce among 8 (14 steps): a quarter of the block, from 32 KiB to 512 KiB.
+  EXPECT_EQ(ring_segment(0, 14, 32 * K, 512 * K), 32 * K);
+  EXPECT_EQ(ring_segment(128 * K, 14, 32 * K, 512 * K), 32 * K);
+  EXPECT_EQ(ring_segment(1024 * K, 14, 32 * K, 512 * K), 256 * K);
+  EXPECT_EQ(ring_segment(1024 * K + 7, 14, 32 * K, 512 * K), 256 * K + 1);
+  EXPECT_EQ(ring_segment(2048 * K, 14, 32 * K, 512 * K), 512 * K);
+  EXPECT_EQ(ring_segment(64 * K * K, 14, 32 * K, 512 * K), 512 * K);  // and no more than the most
+  EXPECT_EQ(num_chunks(1024 * K, ring_segment(1024 * K, 14, 32 * K, 512 * K)), kRingChunks);
+  // Fewer steps, more segments a block: at least kRingPassChunks in the pass.
+  EXPECT_EQ(ring_segment(1024 * K, 8, 32 * K, 512 * K), 256 * K);  // 5 ranks: 32 already
+  EXPECT_EQ(ring_segment(1024 * K, 4, 32 * K, 512 * K), 128 * K);  // 3 ranks: 8 a block
+  EXPECT_EQ(ring_segment(1024 * K, 2, 32 * K, 512 * K), 64 * K);   // 2 ranks' allreduce: 16
+  EXPECT_EQ(ring_segment(4096 * K, 1, 32 * K, 512 * K), 128 * K);  // 2 ranks' allgather: 32
+  EXPECT_EQ(ring_segment(1024 * K, 3, 32 * K, 512 * K), 1024 * K / 11);
+  EXPECT_EQ(ring_segment(4096 * K, 0, 32 * K, 512 * K), 128 * K);  // no steps: as one
+  for (int steps = 1; steps <= 14; ++steps)
+    EXPECT_GE(steps * num_chunks(4096 * K, ring_segment(4096 * K, steps, 32 * K, 512 * K)), kRingPassChunks) << steps;
+  // Fixed.
+  EXPECT_EQ(ring_segment(64 * K * K, 14, 32 * K, 0), 32 * K);
+  EXPECT_EQ(ring_segment(64 * K * K, 2, 32 * K, 32 * K), 32 * K);
 }
 
 // Simulates the ring allreduce on block ownership: after the reduce-scatter steps

@@ -65,8 +65,8 @@ struct HostCommConfig {
   // UCX_TCP_RX_SEG_SIZE's 64K, 1.2-1.9x 64 KiB from 512 KiB on unshaped and 200 Mbit/s
   // links, the same at 100 Mbit/s; bench/RESULTS.md), segment_bytes on one host (a
   // single-copy rendezvous per chunk wins there). Where the ranks span hosts and nothing
-  // forces the segment, the rings' grows with their blocks, a quarter of one, up to
-  // net_segment_max_bytes (schedule::ring_segment; fewer messages to handle per byte
+  // forces the segment, the rings' grows with their blocks up to net_segment_max_bytes
+  // (schedule::ring_segment: a quarter of one, less among few ranks; fewer messages per byte
   // where the blocks are large; bench/RESULTS.md, session 38); 0 keeps it fixed.
   std::optional<std::size_t> segment;
   std::size_t segment_bytes = 256 * 1024;

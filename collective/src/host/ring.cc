@@ -48,7 +48,7 @@ class RingRunner {
     for (const Range& b : job.blocks) max_block = std::max(max_block, b.count);
     steps_ = job.rs_steps + job.ag_steps;
     const std::size_t block = max_block * job.elem;  // the same on every rank: the layout's
-    nchunks_ = schedule::num_chunks(block, schedule::ring_segment(block, st.segment, st.segment_max));
+    nchunks_ = schedule::num_chunks(block, schedule::ring_segment(block, steps_, st.segment, st.segment_max));
     // Keep every (step, chunk) index inside the tag's step field.
     std::size_t limit = (std::size_t{1} << Transport::kStepBits) / std::max(1, steps_);
     nchunks_ = std::min(nchunks_, limit);

@@ -15,9 +15,10 @@ std::size_t num_chunks(std::size_t bytes, std::size_t segment) {
   return (bytes + segment - 1) / segment;
 }
 
-std::size_t ring_segment(std::size_t block, std::size_t least, std::size_t most) {
+std::size_t ring_segment(std::size_t block, int steps, std::size_t least, std::size_t most) {
   if (most <= least) return least;
-  return std::clamp(block / kRingChunks, least, most);
+  const std::size_t s = static_cast<std::size_t>(std::max(1, steps));
+  return std::clamp(block / std::max(kRingChunks, (kRingPassChunks + s - 1) / s), least, most);
 }
 
 RecursiveDoubling recursive_doubling(int rank, int size) {

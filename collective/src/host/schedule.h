@@ -22,12 +22,17 @@ Range balanced(std::size_t total, std::size_t parts, std::size_t i);
 // `segment` bytes; at least 1 so that every step has one message, even if empty.
 std::size_t num_chunks(std::size_t bytes, std::size_t segment);
 
-// The ring's segment for blocks of `block` bytes: a kRingChunks-th of the block, from
-// `least` up to `most` (`least` alone where most <= least). Fewer, larger messages
-// where the blocks are large, yet enough of them per block that each step's first
-// chunk is forwarded while the rest still cross (bench/RESULTS.md, session 38).
+// The segment of a ring pass of `steps` steps over blocks of `block` bytes: the block
+// in kRingChunks segments, or more where the pass has few steps, so that it moves at
+// least kRingPassChunks in all; from `least` up to `most` (`least` alone where most <=
+// least). Fewer, larger messages where the blocks are large, yet enough of them that
+// each step's first segment goes on while the rest still cross, and that the pass's
+// last segment, which nothing overlaps, is a small part of it (among 2 ranks behind
+// 500 us links a quarter of the block took 1.15-1.4x the time of 32 KiB at 2-4 MiB, a
+// sixteenth 0.85-1.09x at 2-16 MiB; bench/RESULTS.md, session 38).
 inline constexpr std::size_t kRingChunks = 4;
-std::size_t ring_segment(std::size_t block, std::size_t least, std::size_t most);
+inline constexpr std::size_t kRingPassChunks = 32;
+std::size_t ring_segment(std::size_t block, int steps, std::size_t least, std::size_t most);
 
 inline int mod(long a, int n) { return static_cast<int>(((a % n) + n) % n); }
 inline int ring_right(int rank, int size) { return mod(rank + 1, size); }
