@@ -33,7 +33,7 @@ class HostCommunicator final : public elasticrun::Communicator {
   HostCommunicator(const HostCommConfig& cfg, std::shared_ptr<Store> store, std::shared_ptr<AbortSignal> abort)
       : cfg_(cfg), store_(store), abort_(abort) {
     blocking_ = resolve_progress(cfg) == Progress::block;
-    const bool across_hosts = cfg.local_size > 0 && cfg.local_size < cfg.size;
+    const bool across_hosts = spans_hosts(cfg);
     const Segments seg = resolve_segments(cfg);
     segment_ = seg.least;
     segment_max_ = seg.most;

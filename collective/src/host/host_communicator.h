@@ -173,6 +173,9 @@ struct HostCommConfig {
   int parent_size = 0;  // a process set's communicator: the size of the one it is part of
 };
 
+// Whether `cfg`'s ranks span hosts (a known local_size below the size).
+bool spans_hosts(const HostCommConfig& cfg);
+
 // The progress mode that `cfg` resolves to on this machine (env and oversubscription).
 Progress resolve_progress(const HostCommConfig& cfg);
 

@@ -6,6 +6,8 @@
 
 namespace elasticrun::collective {
 
+bool spans_hosts(const HostCommConfig& cfg) { return cfg.local_size > 0 && cfg.local_size < cfg.size; }
+
 Progress resolve_progress(const HostCommConfig& cfg) {
   Progress p = cfg.progress ? *cfg.progress : settings::progress();
   if (p != Progress::automatic) return p;
@@ -16,10 +18,9 @@ Progress resolve_progress(const HostCommConfig& cfg) {
 }
 
 Segments resolve_segments(const HostCommConfig& cfg) {
-  const bool across_hosts = cfg.local_size > 0 && cfg.local_size < cfg.size;
   const std::optional<std::size_t> forced = cfg.segment ? cfg.segment : settings::segment();
   if (forced) return {*forced, 0};
-  if (across_hosts) return {cfg.net_segment_bytes, cfg.net_segment_max_bytes};
+  if (spans_hosts(cfg)) return {cfg.net_segment_bytes, cfg.net_segment_max_bytes};
   return {cfg.segment_bytes, 0};
 }
 
