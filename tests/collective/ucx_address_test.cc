@@ -10,6 +10,8 @@
 #include <elasticrun/types.hpp>
 
 #include <gtest/gtest.h>
+#include <ucs/async/async_fwd.h>
+#include <uct/api/uct.h>
 
 #include <sched.h>
 #include <sys/stat.h>
@@ -93,23 +95,97 @@ TEST(UcxAddress, TcpOnlyWithoutRdmaDevicesOrWhereUcxTlsNamesNoRdmaTransport) {
   EXPECT_FALSE(network_is_tcp_only("tcpx", true));
 }
 
+// A transport of 2 ranks, `local_size` of them on this host.
+UcxTransport transport(int local_size) {
+  UcxTransport::Options o;
+  o.size = 2;
+  o.local_size = local_size;
+  o.scope = "rndv" + std::to_string(local_size) + "/";
+  return UcxTransport(o, std::make_shared<MemoryStore>(), std::make_shared<AbortSignal>());
+}
+
 // The transport runs with it: eager at every size across hosts joined by TCP alone, the
 // 256 KiB switch on one host; the user's UCX_RNDV_THRESH over either.
 TEST(UcxAddress, TheTransportSendsEverythingEagerAcrossHostsJoinedByTcp) {
-  auto threshold = [](int local_size) {
-    UcxTransport::Options o;
-    o.size = 2;
-    o.local_size = local_size;
-    o.scope = "rndv" + std::to_string(local_size) + "/";
-    return UcxTransport(o, std::make_shared<MemoryStore>(), std::make_shared<AbortSignal>()).rendezvous_threshold();
-  };
   if (std::getenv("UCX_RNDV_THRESH")) GTEST_SKIP() << "UCX_RNDV_THRESH is set here; the test sets it itself";
   const bool tcp = network_is_tcp_only(std::getenv("UCX_TLS"), has_rdma_devices());
-  EXPECT_EQ(threshold(1), tcp ? "inf" : "256K");
-  EXPECT_EQ(threshold(2), "256K");
+  EXPECT_EQ(transport(1).rendezvous_threshold(), tcp ? "inf" : "256K");
+  EXPECT_EQ(transport(2).rendezvous_threshold(), "256K");
   ::setenv("UCX_RNDV_THRESH", "64K", 1);
-  EXPECT_EQ(threshold(1), "64K");
+  EXPECT_EQ(transport(1).rendezvous_threshold(), "64K");
   ::unsetenv("UCX_RNDV_THRESH");
+}
+
+// Across hosts joined by TCP, UCX's receive buffer (and so its largest fragment) is 1
+// MiB; UCX accepts the setting (an unknown name would make the constructor throw), the
+// user's UCX_TCP_RX_SEG_SIZE wins, and one host leaves UCX's own.
+TEST(UcxAddress, TheTransportReceivesTcpInSegmentsOfAMegabyte) {
+  if (std::getenv("UCX_TCP_RX_SEG_SIZE")) GTEST_SKIP() << "UCX_TCP_RX_SEG_SIZE is set here; the test sets it itself";
+  const bool tcp = network_is_tcp_only(std::getenv("UCX_TLS"), has_rdma_devices());
+  EXPECT_EQ(transport(1).tcp_rx_segment(), tcp ? "1M" : "");
+  EXPECT_EQ(transport(2).tcp_rx_segment(), "");
+  ::setenv("UCX_TCP_RX_SEG_SIZE", "128K", 1);
+  EXPECT_EQ(transport(1).tcp_rx_segment(), tcp ? "128K" : "");
+  ::unsetenv("UCX_TCP_RX_SEG_SIZE");
+}
+
+// What the setting does in UCX: a TCP interface on loopback, its configuration read as
+// UCP reads it and given the transport's field as UCP gives it (uct_config_modify), takes
+// active messages of up to 1 MiB (less its header) where UCX's default takes 64 KiB. A
+// wrong name (TCP_RX_SEG_SIZE, the environment's) leaves UCX's default: UCP keeps a name
+// it does not know without a word.
+std::size_t tcp_max_zcopy(const char* field, const char* value) {
+  uct_component_h* comps = nullptr;
+  unsigned ncomps = 0;
+  EXPECT_EQ(uct_query_components(&comps, &ncomps), UCS_OK);
+  std::size_t max_zcopy = 0;
+  for (unsigned i = 0; i < ncomps; ++i) {
+    uct_component_attr_t ca{};
+    ca.field_mask = UCT_COMPONENT_ATTR_FIELD_NAME;
+    if (uct_component_query(comps[i], &ca) != UCS_OK || std::string(ca.name) != "tcp") continue;
+    uct_md_config_t* mdc = nullptr;
+    uct_md_h md = nullptr;
+    EXPECT_EQ(uct_md_config_read(comps[i], nullptr, nullptr, &mdc), UCS_OK);
+    EXPECT_EQ(uct_md_open(comps[i], "tcp", mdc, &md), UCS_OK);
+    uct_config_release(mdc);
+    uct_iface_config_t* ic = nullptr;
+    EXPECT_EQ(uct_md_iface_config_read(md, "tcp", nullptr, nullptr, &ic), UCS_OK);
+    if (field) {
+      EXPECT_EQ(uct_config_modify(ic, field, value), UCS_OK) << field;
+    }
+    ucs_async_context_t* async = nullptr;
+    EXPECT_EQ(ucs_async_context_create(UCS_ASYNC_MODE_THREAD_SPINLOCK, &async), UCS_OK);
+    uct_worker_h worker = nullptr;
+    EXPECT_EQ(uct_worker_create(async, UCS_THREAD_MODE_SINGLE, &worker), UCS_OK);
+    uct_iface_params_t ip{};
+    ip.field_mask = UCT_IFACE_PARAM_FIELD_OPEN_MODE | UCT_IFACE_PARAM_FIELD_DEVICE;
+    ip.open_mode = UCT_IFACE_OPEN_MODE_DEVICE;
+    ip.mode.device.tl_name = "tcp";
+    ip.mode.device.dev_name = "lo";
+    uct_iface_h iface = nullptr;
+    if (uct_iface_open(md, worker, &ip, ic, &iface) == UCS_OK) {
+      uct_iface_attr_t attr{};
+      EXPECT_EQ(uct_iface_query(iface, &attr), UCS_OK);
+      max_zcopy = attr.cap.am.max_zcopy;
+      uct_iface_close(iface);
+    }
+    uct_config_release(ic);
+    uct_worker_destroy(worker);
+    ucs_async_context_destroy(async);
+    uct_md_close(md);
+  }
+  uct_release_component_list(comps);
+  return max_zcopy;
+}
+
+TEST(UcxAddress, UcxTakesTheReceiveSegmentByTheTransportsFieldName) {
+  if (std::getenv("UCX_TCP_RX_SEG_SIZE")) GTEST_SKIP() << "UCX_TCP_RX_SEG_SIZE is set here; the test sets it itself";
+  const std::size_t ucx_default = tcp_max_zcopy(nullptr, nullptr);
+  ASSERT_GT(ucx_default, 0u) << "no TCP interface on loopback";
+  EXPECT_LE(ucx_default, 64u * 1024);
+  const std::size_t ours = tcp_max_zcopy(UcxTransport::kTcpRxSegmentField, UcxTransport::kTcpRxSegment);
+  EXPECT_GT(ours, 1024u * 1024 - 1024);
+  EXPECT_LE(ours, 1024u * 1024);
 }
 
 TEST(UcxAddress, LocalityIsBootIdAndNetworkNamespace) {

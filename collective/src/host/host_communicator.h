@@ -62,7 +62,8 @@ struct HostCommConfig {
   // else by layout (the same on every rank): net_segment_bytes where the ranks span hosts
   // (eager messages below UCX_RNDV_THRESH, no rendezvous handshake per chunk; 1.19x at 4
   // MiB over 8 hosts' 100 Mbit/s links against 256 KiB; 32 KiB, with its header within
-  // UCX_TCP_RX_SEG_SIZE's 64K, 1.2-1.9x 64 KiB from 512 KiB on unshaped and 200 Mbit/s
+  // UCX_TCP_RX_SEG_SIZE's 64K (UCX's default, as it was then: ucx_transport.h), 1.2-1.9x
+  // 64 KiB from 512 KiB on unshaped and 200 Mbit/s
   // links, the same at 100 Mbit/s; bench/RESULTS.md), segment_bytes on one host (a
   // single-copy rendezvous per chunk wins there). Where the ranks span hosts and nothing
   // forces the segment, the rings' grows with their blocks up to net_segment_max_bytes

@@ -27,10 +27,12 @@ ucp_tag_t wire_tag(std::uint64_t tag, int src) { return (tag << kRankBits) | sta
 
 // Sets UCX option `name` (no UCX_ prefix) on `cfg`, unless the user set UCX_<name>:
 // an explicit environment setting always wins over our defaults. Returns the value in force.
-std::string tune(ucp_config_t* cfg, const char* name, const std::string& value) {
+// A transport's option goes by its name within the transport's table (`field`: TCP_RX_SEG_SIZE
+// is RX_SEG_SIZE there); UCP keeps it and hands it to every interface that has it.
+std::string tune(ucp_config_t* cfg, const char* name, const std::string& value, const char* field = nullptr) {
   std::string env = std::string("UCX_") + name;
   if (const char* theirs = std::getenv(env.c_str())) return theirs;
-  ucs_status_t st = ucp_config_modify(cfg, name, value.c_str());
+  ucs_status_t st = ucp_config_modify(cfg, field ? field : name, value.c_str());
   if (st != UCS_OK) throw_ucs("ucp_config_modify " + env + "=" + value, st);
   return value;
 }
@@ -59,10 +61,15 @@ UcxTransport::UcxTransport(const Options& opts, std::shared_ptr<Store> store, st
   // faster; 2 ranks 64-128 KiB 1.3-1.7x. Ring chunks of 256 KiB (large messages) still
   // use the single-copy rendezvous, which wins there. Across hosts over TCP alone, every
   // message eager (host/ucx_address.h).
-  const bool across_hosts = opts_.local_size < opts_.size;
-  rendezvous_threshold_ =
-      tune(config.cfg, "RNDV_THRESH",
-           across_hosts && network_is_tcp_only(std::getenv("UCX_TLS"), has_rdma_devices()) ? "inf" : "256K");
+  const bool tcp_across =
+      opts_.local_size < opts_.size && network_is_tcp_only(std::getenv("UCX_TLS"), has_rdma_devices());
+  rendezvous_threshold_ = tune(config.cfg, "RNDV_THRESH", tcp_across ? "inf" : "256K");
+  // UCX's largest message fragment over TCP (am_zcopy, the eager protocol's) is the
+  // receiver's buffer, TCP_RX_SEG_SIZE, 64 KiB by default: a ring's 512 KiB segment went
+  // in 8 sends, each a header and a recv() of its own. 1 MiB holds the largest segment
+  // whole (bench/RESULTS.md, session 39: 4 hosts of 2 ranks behind 500 us links, 1-32
+  // MiB in 0.71-0.85x the time).
+  if (tcp_across) tcp_rx_segment_ = tune(config.cfg, "TCP_RX_SEG_SIZE", kTcpRxSegment, kTcpRxSegmentField);
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED |
                       UCP_PARAM_FIELD_ESTIMATED_NUM_EPS | UCP_PARAM_FIELD_ESTIMATED_NUM_PPN |

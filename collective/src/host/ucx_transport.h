@@ -21,7 +21,8 @@
 //
 // Defaults we set on the UCX configuration (each only when the user has not set the
 // UCX_ variable): RNDV_THRESH=256K, so messages below a ring chunk go eager; where the
-// ranks span hosts and only TCP joins them (host/ucx_address.h), RNDV_THRESH=inf.
+// ranks span hosts and only TCP joins them (host/ucx_address.h), RNDV_THRESH=inf and
+// TCP_RX_SEG_SIZE=1M (which is also the largest fragment UCX sends over TCP).
 #pragma once
 
 #include "control/abort_signal.h"
@@ -71,6 +72,11 @@ class UcxTransport final : public Transport {
   void sleep_at_once(bool yes) override { sleep_at_once_ = yes; }
   // UCX_RNDV_THRESH as this transport's context runs it: the user's, or ours.
   const std::string& rendezvous_threshold() const { return rendezvous_threshold_; }
+  // UCX_TCP_RX_SEG_SIZE where we set it (TCP between hosts; the user's over ours), else empty.
+  const std::string& tcp_rx_segment() const { return tcp_rx_segment_; }
+  static constexpr const char* kTcpRxSegment = "1M";
+  // Its name in UCX's TCP interface table, the name it is set by.
+  static constexpr const char* kTcpRxSegmentField = "RX_SEG_SIZE";
   void progress() override;
 
  private:
@@ -114,6 +120,7 @@ class UcxTransport final : public Transport {
   bool stale_ = false;
   bool sleep_at_once_ = false;         // blocking: skip the yield window (sleep_at_once())
   std::string rendezvous_threshold_;
+  std::string tcp_rx_segment_;
 };
 
 }  // namespace elasticrun::collective
