@@ -67,8 +67,8 @@ UcxTransport::UcxTransport(const Options& opts, std::shared_ptr<Store> store, st
   // UCX's largest message fragment over TCP (am_zcopy, the eager protocol's) is the
   // receiver's buffer, TCP_RX_SEG_SIZE, 64 KiB by default: a ring's 512 KiB segment went
   // in 8 sends, each a header and a recv() of its own. 1 MiB holds the largest segment
-  // whole (bench/RESULTS.md, session 39: 4 hosts of 2 ranks behind 500 us links, 1-32
-  // MiB in 0.71-0.85x the time).
+  // whole (bench/RESULTS.md, session 39: 4 hosts of 2 ranks behind 500 us links, 4-32
+  // MiB in 0.81-0.93x the time; 2 hosts on unshaped links, 0.65-0.73x from 2 MiB).
   if (tcp_across) tcp_rx_segment_ = tune(config.cfg, "TCP_RX_SEG_SIZE", kTcpRxSegment, kTcpRxSegmentField);
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED |
