@@ -117,8 +117,9 @@ TEST(UcxAddress, TheTransportSendsEverythingEagerAcrossHostsJoinedByTcp) {
 }
 
 // Across hosts joined by TCP, UCX's receive buffer (and so its largest fragment) is 1
-// MiB; UCX accepts the setting (an unknown name would make the constructor throw), the
-// user's UCX_TCP_RX_SEG_SIZE wins, and one host leaves UCX's own.
+// MiB, the user's UCX_TCP_RX_SEG_SIZE wins, and one host leaves UCX's own. That UCX takes
+// the setting by the name the transport gives it is the next test's: UCP keeps a name it
+// does not know without an error, so the constructor's success says nothing of it.
 TEST(UcxAddress, TheTransportReceivesTcpInSegmentsOfAMegabyte) {
   if (std::getenv("UCX_TCP_RX_SEG_SIZE")) GTEST_SKIP() << "UCX_TCP_RX_SEG_SIZE is set here; the test sets it itself";
   const bool tcp = network_is_tcp_only(std::getenv("UCX_TLS"), has_rdma_devices());
