@@ -56,6 +56,7 @@ class ElasticrunBackend final : public bench::Backend {
   void alltoall(const void* in, void* out, std::size_t count, bench::Dtype t) override {
     comm_.alltoall(in, out, count, to_library(t));
   }
+  int tuning_calls() const override { return comm_.tuning_calls(); }
   double max_over_ranks(double v) override {
     comm_.allreduce(&v, &v, 1, elasticrun::DataType::f64, elasticrun::ReduceOp::max);
     return v;

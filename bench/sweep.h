@@ -41,7 +41,7 @@ struct Options {
   std::size_t max_bytes = std::size_t{256} << 20;
   std::size_t step = 2;            // size multiplier between rows
   int iters = 200;                 // most timed calls per size
-  int warmup = 20;                 // most untimed calls per size
+  int warmup = -1;                 // most untimed calls per size; -1: kWarmup, or the backend's tuning_calls()
   int batch = 0;                   // calls per timed batch; 0: iters / 25 (at least 1)
   std::size_t budget_bytes = std::size_t{1} << 30;  // timed calls per size <= budget / bytes
   Dtype dtype = Dtype::f32;
@@ -70,6 +70,10 @@ class Backend {
   virtual void alltoall(const void* in, void* out, std::size_t count_per_rank, Dtype t);
   // The maximum of `v` over all ranks, returned on every rank.
   virtual double max_over_ranks(double v) = 0;
+  // The most calls of a size before the backend runs it as it will from then on (a
+  // tuner's trials, which are not what a long-running program runs): the warm-up is at
+  // least this long, whatever the budget, unless --warmup asks for fewer.
+  virtual int tuning_calls() const { return 0; }
 };
 
 // Parses the common flags. `extra_flags` lists benchmark-specific flags that take a

@@ -233,6 +233,36 @@ TEST_P(Tuned, TheRingsClassesAreTunedUpToRingTunedMax) {
     EXPECT_EQ(heard.heads(r, " over "), std::vector<std::string>{"allreduce of 131073-262144 bytes"}) << "rank " << r;
 }
 
+// Communicator::tuning_calls() (what a benchmark warms each size up with): after that
+// many calls of one size, waits that sleep (six candidates to a class), every class the
+// ranks ran has decided, on every rank, whether or not an alternative won and took its
+// confirming round. 0 where the communicator does not tune (HostCommConfig::tune false,
+// as ELASTICRUN_TUNE=0 sets it) and on one rank.
+TEST_P(Tuned, TuningCallsAreEnoughForEveryClassToDecide) {
+  World w(GetParam());
+  Heard heard(w.size);
+  std::vector<int> calls(static_cast<std::size_t>(w.size), -1), untuned(calls);
+  run_ranks(w, [&](int r) { return across_hosts(Progress::block, heard.to(r)); }, "tuning-calls/",
+            [&](int r, Communicator& c) {
+              calls[static_cast<std::size_t>(r)] = c.tuning_calls();
+              for (int call = 0; call < c.tuning_calls(); ++call) {
+                allreduce_case(c, r, DataType::f32, ReduceOp::sum, 3000, call % 2);
+                broadcast_case(c, r, 10000, call);
+              }
+            });
+  auto off = [](int) {
+    HostCommConfig c = across_hosts(Progress::block, nullptr);
+    c.tune = false;
+    return c;
+  };
+  run_ranks(w, off, "tuning-off/", [&](int r, Communicator& c) { untuned[static_cast<std::size_t>(r)] = c.tuning_calls(); });
+  for (int r = 0; r < w.size; ++r) {
+    EXPECT_EQ(calls[r] > 0, w.size > 1) << "rank " << r;
+    EXPECT_EQ(heard.lines[r].size(), w.size > 2 ? 2u : w.size == 2 ? 1u : 0u) << "rank " << r;
+    EXPECT_EQ(untuned[r], 0) << "rank " << r;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(WorldSizes, Tuned, ::testing::Values(1, 2, 3, 4, 5),
                          [](const auto& info) { return "np" + std::to_string(info.param); });
 

@@ -252,3 +252,33 @@ def test_the_tuner_measures_the_delayed_network_and_every_rank_agrees(job, undel
                      "-H", hosts, bench, "--collective", collective, "--min-bytes", "16K", "--max-bytes", "16K",
                      "--iters", 15, "--warmup", 4], env=env, timeout=120)
         assert r.returncode == 0 and not tuned_lines(r.stderr), r.stderr[-3000:]
+
+
+def test_the_benchmark_warms_each_size_up_past_the_tuners_trials(job, undelayed):
+    """bench/allreduce_bench's warm-up (its CSV's last column) covers the calls the library's
+    tuner may spend on a size class (Communicator::tuning_calls(), 60) even where the byte
+    budget would cut it to 1-3 calls, so the timed calls run the tuner's choice: every size
+    has its decision logged. --warmup N still sets it, and where the library does not tune
+    (ELASTICRUN_TUNE=0) the budget cuts it as it does for Open MPI and Gloo."""
+    _, env = undelayed
+    hosts = ",".join(f"{addr(k)}:1" for k in range(1, N + 1))
+    sweep = [BUILD / "bench" / "allreduce_bench", "--csv", "--min-bytes", "16K", "--max-bytes", "64K", "--budget", "256K",
+             "--iters", 5]
+
+    def warmups(*extra, tune="1"):
+        r = job.run(["-x", "UCX_TLS=tcp,self", "-x", "ELASTICRUN_LOG_LEVEL=info", "-x", f"ELASTICRUN_TUNE={tune}", "-np", N,
+                     "-H", hosts, *sweep, *extra], env=env, timeout=120)
+        assert r.returncode == 0, r.stderr[-3000:]
+        rows = [line.split(": ", 1)[1].split(",") for line in r.stdout.splitlines() if line.startswith("[0]<stdout>: ")]
+        assert rows[0][-1] == "warmup" and len(rows) == 4, r.stdout
+        assert all(row[10] == "yes" for row in rows[1:]), r.stdout
+        return {int(row[2]): int(row[-1]) for row in rows[1:]}, tuned_lines(r.stderr)
+
+    got, lines = warmups()
+    assert got == {16384: 60, 32768: 60, 65536: 60}, got
+    assert sorted(lines) == list(range(N)) and [t.split(" over ")[0] for t in lines[0]] == [
+        "allreduce of 8193-16384 bytes", "allreduce of 16385-32768 bytes", "allreduce of 32769-65536 bytes"], lines
+    got, _ = warmups("--warmup", 4)
+    assert got == {16384: 4, 32768: 4, 65536: 4}, got
+    got, lines = warmups(tune="0")
+    assert got == {16384: 3, 32768: 1, 65536: 1} and not lines, (got, lines)

@@ -125,6 +125,13 @@ class Communicator {
   virtual void alltoall(const void* in, void* out, std::size_t count, DataType t) = 0;
   virtual void barrier() = 0;
 
+  // The most calls of one collective at one size this communicator makes before it
+  // runs that size the way it will from then on: its tuner's trials, where it measures
+  // the candidate algorithms of a size class on their first calls (libelasticrun(3),
+  // ALGORITHMS); 0 where it does not tune. A benchmark warms each size up with at least
+  // this many calls to time what a long-running program runs.
+  virtual int tuning_calls() const { return 0; }
+
   // A communicator over some of this one's ranks (a process set, in Horovod's words).
   // `members`: ranks of this communicator, distinct and in the order of their ranks in
   // the subset, this process's among them. `id` (1..kMaxSubsets) tells subsets apart:

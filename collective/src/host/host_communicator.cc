@@ -66,6 +66,7 @@ class HostCommunicator final : public elasticrun::Communicator {
 
   int rank() const override { return cfg_.rank; }
   int size() const override { return cfg_.size; }
+  int tuning_calls() const override { return tune_ ? Tuner::most_calls(Tuner::kMaxCandidates) : 0; }
 
   Communicator& subset(int id, std::span<const int> members) override {
     if (id < 1 || id > kMaxSubsets)
