@@ -1,12 +1,12 @@
 """scripts/bench-cluster refuses bad arguments with their reason and exit status 2, before it
 builds anything or brings a cluster up (its figures belong to bench/RESULTS.md, not to a
-test)."""
+test); so does the collective sweep's benchmark, before it starts the library."""
 import subprocess
 import sys
 
 import pytest
 
-from conftest import ROOT
+from conftest import BUILD, ROOT
 
 BENCH = ROOT / "scripts" / "bench-cluster"
 
@@ -28,3 +28,18 @@ def test_bad_arguments_are_refused_with_their_reason(args, says):
     assert r.returncode == 2, (r.returncode, r.stderr)
     assert says in r.stderr, r.stderr
     assert "cluster up" not in r.stderr and not r.stdout, (r.stdout, r.stderr)
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--warmup", "-1"], "--warmup: need a count >= 0"),
+    (["--warmup", "many"], "--warmup: stoi"),
+    (["--collective", "gather"], "--collective: unknown collective 'gather'"),
+    (["--min-bytes", "1M", "--max-bytes", "1K"], "need --step >= 2, --min-bytes <= --max-bytes"),
+    (["--bogus"], "--bogus: unknown flag"),
+])
+def test_the_sweep_benchmark_refuses_bad_flags_with_their_reason(args, says):
+    """bench/allreduce_bench (its flags are bench/sweep.cc's, which the Open MPI and Gloo
+    benchmarks share) exits 2 with the flag and the reason, before it starts the library."""
+    r = subprocess.run([str(BUILD / "bench" / "allreduce_bench"), *args], capture_output=True, text=True, timeout=30)
+    assert r.returncode == 2, (r.returncode, r.stderr)
+    assert says in r.stderr and not r.stdout, (r.stdout, r.stderr)
