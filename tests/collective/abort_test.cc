@@ -211,8 +211,12 @@ void truncated_receive(Progress progress, Notice notice) {
       late.join();
       // It waits for a late notice (up to UcxTransport::kNoticeGrace), not for an early one.
       auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count();
-      if (notice == Notice::before) EXPECT_LT(ms, 100);
-      if (notice == Notice::late) EXPECT_LT(ms, 1000);
+      if (notice == Notice::before) {
+        EXPECT_LT(ms, 100);
+      }
+      if (notice == Notice::late) {
+        EXPECT_LT(ms, 1000);
+      }
     } catch (...) {
       std::lock_guard lock(mu);
       if (!first) first = std::current_exception();

@@ -109,7 +109,9 @@ TEST(Subsets, SetsSharingRanksDoNotMixTheirMessages) {
       c.subset(2, all).broadcast(&b, 1, DataType::i64, 0);
     }
     EXPECT_EQ(b, 222) << "rank " << r;
-    if (r < 2) EXPECT_EQ(a, 111) << "rank " << r;
+    if (r < 2) {
+      EXPECT_EQ(a, 111) << "rank " << r;
+    }
     c.barrier();
   });
 }
