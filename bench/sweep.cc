@@ -72,6 +72,20 @@ std::size_t parse_size(const std::string& s) {
   return static_cast<std::size_t>(v);
 }
 
+// A whole number of calls, at least `least`. Throws with the reason on anything else.
+int parse_count(const std::string& s, int least) {
+  std::size_t pos = 0;
+  int v = 0;
+  try {
+    v = std::stoi(s, &pos);
+  } catch (const std::exception&) {
+    pos = 0;
+  }
+  if (pos == 0 || pos != s.size() || v < least)
+    throw std::invalid_argument("expected a whole number >= " + std::to_string(least) + ", got '" + s + "'");
+  return v;
+}
+
 // Buffers are page-aligned and touched once up front, so page faults never land in
 // a timed call and every implementation sees the same memory.
 struct AlignedFree {
@@ -334,12 +348,9 @@ Options parse_options(int argc, char** argv, const std::vector<std::string>& ext
       else if (flag == "--max-bytes") o.max_bytes = parse_size(value());
       else if (flag == "--budget") o.budget_bytes = parse_size(value());
       else if (flag == "--step") o.step = parse_size(value());
-      else if (flag == "--iters") o.iters = std::stoi(value());
-      else if (flag == "--warmup") {
-        o.warmup = std::stoi(value());
-        if (o.warmup < 0) throw std::invalid_argument("need a count >= 0");
-      }
-      else if (flag == "--batch") o.batch = std::stoi(value());
+      else if (flag == "--iters") o.iters = parse_count(value(), 1);
+      else if (flag == "--warmup") o.warmup = parse_count(value(), 0);
+      else if (flag == "--batch") o.batch = parse_count(value(), 0);
       else if (flag == "--dtype") {
         std::string v = value();
         if (v == "f32") o.dtype = Dtype::f32;
@@ -370,10 +381,8 @@ Options parse_options(int argc, char** argv, const std::vector<std::string>& ext
       usage(prog, extra_help, 2);
     }
   }
-  if (o.step < 2 || o.min_bytes > o.max_bytes || o.iters < 1 || o.batch < 0) {
-    if (launcher_rank() == 0)
-      std::fprintf(stderr, "%s: need --step >= 2, --min-bytes <= --max-bytes, --iters >= 1, --batch >= 0\n",
-                   prog);
+  if (o.step < 2 || o.min_bytes > o.max_bytes) {
+    if (launcher_rank() == 0) std::fprintf(stderr, "%s: need --step >= 2 and --min-bytes <= --max-bytes\n", prog);
     std::exit(2);
   }
   return o;

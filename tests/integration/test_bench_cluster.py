@@ -31,10 +31,12 @@ def test_bad_arguments_are_refused_with_their_reason(args, says):
 
 
 @pytest.mark.parametrize("args, says", [
-    (["--warmup", "-1"], "--warmup: need a count >= 0"),
-    (["--warmup", "many"], "--warmup: stoi"),
+    (["--warmup", "-1"], "--warmup: expected a whole number >= 0, got '-1'"),
+    (["--warmup", "many"], "--warmup: expected a whole number >= 0, got 'many'"),
+    (["--iters", "0"], "--iters: expected a whole number >= 1, got '0'"),
+    (["--batch", "2x"], "--batch: expected a whole number >= 0, got '2x'"),
     (["--collective", "gather"], "--collective: unknown collective 'gather'"),
-    (["--min-bytes", "1M", "--max-bytes", "1K"], "need --step >= 2, --min-bytes <= --max-bytes"),
+    (["--min-bytes", "1M", "--max-bytes", "1K"], "need --step >= 2 and --min-bytes <= --max-bytes"),
     (["--bogus"], "--bogus: unknown flag"),
 ])
 def test_the_sweep_benchmark_refuses_bad_flags_with_their_reason(args, says):
